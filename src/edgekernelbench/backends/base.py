@@ -1,0 +1,91 @@
+"""The Backend abstraction: a named profile (TVM target, threads, how candidates run there) and the
+operations the harness needs: build, move data, run kernel by kernel, run and time the graph.
+
+A new kind of backend (cross-compiled and emulated, GPU, remote over TVM RPC) is a new file that
+implements `Backend` and registers a profile; the harness does not change.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class BackendProfile:
+    name: str
+    target: dict  # TVM target, JSON dict form
+    host: dict | None = None  # target host, for device targets
+    threads: int = 1
+    run: str = "local"  # local | emulated | remote | compile-only
+    description: str = ""
+    peak_flops: float | None = None  # FLOP/s; None until measured (`ekb peak`) or taken from a datasheet
+    peak_bandwidth: float | None = None  # bytes/s
+    peak_source: str = ""
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def can_build(self) -> bool:
+        return True
+
+    @property
+    def can_check(self) -> bool:
+        return self.run in ("local", "emulated", "remote")
+
+    @property
+    def can_time(self) -> bool:
+        return self.run in ("local", "remote")
+
+
+@dataclass
+class Built:
+    """A candidate built for a backend: the Relax VM executable (graph) and the kernel library."""
+
+    graph: object  # tvm VMExecutable
+    kernels: object  # tvm runtime module holding each PrimFunc under its name
+    seconds: float = 0.0
+
+
+class Backend(abc.ABC):
+    def __init__(self, profile: BackendProfile):
+        self.profile = profile
+
+    @property
+    def name(self) -> str:
+        return self.profile.name
+
+    @abc.abstractmethod
+    def target(self, extra_attrs: dict | None = None):
+        """The tvm.target.Target to build for."""
+
+    @abc.abstractmethod
+    def build(self, mod, extra_attrs: dict | None = None) -> Built:
+        """Compiles a fused Relax module (Relax functions + PrimFuncs)."""
+
+    @abc.abstractmethod
+    def session(self) -> Session:
+        """Opens a place to run built modules (this process, an emulator, a remote device)."""
+
+
+class Session(abc.ABC):
+    device: object
+
+    @abc.abstractmethod
+    def to_device(self, array): ...
+
+    @abc.abstractmethod
+    def load(self, built: Built) -> Loaded: ...
+
+
+class Loaded(abc.ABC):
+    """A built module loaded in a session: callable kernel by kernel, and as a whole graph."""
+
+    kernels: object  # name -> callable PrimFunc
+
+    @abc.abstractmethod
+    def call(self, fname: str, args: list) -> list:
+        """Runs Relax function `fname` through the VM; returns a flat list of output tensors."""
+
+    @abc.abstractmethod
+    def timer(self, fname: str, args: list):
+        """Returns f(number) -> seconds per call over `number` back-to-back calls of `fname`."""

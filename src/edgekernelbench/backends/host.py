@@ -1,0 +1,90 @@
+"""The host CPU backend: LLVM for the detected CPU, a fixed thread count (default 1: one small edge core)."""
+
+from __future__ import annotations
+
+import time
+
+from ..tvm_env import host_cpu_name
+from .base import Backend, BackendProfile, Built, Loaded, Session
+
+
+def primfunc_library(mod):
+    """An IRModule of just the PrimFuncs, each exported under its own name."""
+    import tvm
+
+    return tvm.IRModule({gv.name_hint: f.with_attr("global_symbol", gv.name_hint)
+                         for gv, f in mod.functions.items() if isinstance(f, tvm.tirx.PrimFunc)})
+
+
+class LocalBackend(Backend):
+    """Builds with TVM in this process and runs on a local device (host CPU here)."""
+
+    def target(self, extra_attrs=None):
+        import tvm
+
+        t = dict(self.profile.target)
+        t.update(extra_attrs or {})
+        return tvm.target.Target(t, host=self.profile.host) if self.profile.host else tvm.target.Target(t)
+
+    def build(self, mod, extra_attrs=None) -> Built:
+        import tvm
+
+        target = self.target(extra_attrs)
+        t0 = time.perf_counter()
+        graph = tvm.compile(mod, target, relax_pipeline="default_build")
+        kernels = tvm.compile(primfunc_library(mod), target)
+        return Built(graph, kernels, time.perf_counter() - t0)
+
+    def session(self) -> Session:
+        return LocalSession(self.device())
+
+    def device(self):
+        import tvm
+
+        return tvm.cpu(0)
+
+
+class LocalSession(Session):
+    def __init__(self, device):
+        self.device = device
+
+    def to_device(self, array):
+        import tvm
+
+        return tvm.runtime.tensor(array, self.device)
+
+    def load(self, built: Built) -> Loaded:
+        return LocalLoaded(built, self.device)
+
+
+class LocalLoaded(Loaded):
+    def __init__(self, built: Built, device):
+        from tvm import relax
+
+        self.device = device
+        self.vm = relax.VirtualMachine(built.graph, device)
+        self.kernels = built.kernels
+
+    def call(self, fname, args):
+        out = self.vm[fname](*args)
+        return list(out) if isinstance(out, (tuple, list)) or type(out).__name__ == "Array" else [out]
+
+    def timer(self, fname, args):
+        self.vm.set_input(fname, *args)
+
+        def run(number: int) -> float:
+            f = self.vm.time_evaluator("invoke_stateful", self.device, number=number, repeat=1)
+            return float(f(fname).mean)
+
+        return run
+
+
+def host_profile(threads: int = 1) -> BackendProfile:
+    cpu = host_cpu_name()
+    return BackendProfile(
+        name="host-cpu",
+        target={"kind": "llvm", "mcpu": cpu, "num-cores": threads},
+        threads=threads,
+        run="local",
+        description=f"this machine's CPU ({cpu}), {threads} thread(s)",
+    )

@@ -1,0 +1,100 @@
+"""Peak FLOP/s and memory bandwidth of a backend, measured with TVM-built micro-kernels.
+
+- FLOP/s: `chains` independent vector FMA chains of `lanes` float32 lanes, kept in a small local
+  buffer, iterated `iters` times (2 FLOP per lane per FMA);
+- bandwidth: y = 2 * x over a buffer much larger than the last-level cache (read + write bytes).
+Both are what TVM-generated code reaches, so a roofline fraction of 1.0 means "as fast as TVM
+can go on this core", not a datasheet figure. Run `python -m edgekernelbench.backends.peak --threads N`
+in a fresh process so the thread pool has the profile's size.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict, dataclass
+
+
+@dataclass(frozen=True)
+class Peak:
+    flops: float  # FLOP/s
+    bandwidth: float  # bytes/s
+    threads: int
+    target: str
+    source: str = "measured: TVM micro-kernels (backends/peak.py)"
+
+
+def _fma_kernel(chains: int, lanes: int, iters: int):
+    from tvm.script import tirx as T
+
+    n = chains * lanes
+
+    @T.prim_func
+    def fma(A: T.Buffer((n,), "float32"), X: T.Buffer((2,), "float32")):
+        acc = T.alloc_buffer((n,), "float32", scope="local")
+        for c in T.unroll(chains):
+            for lane in T.vectorized(lanes):
+                acc[c * lanes + lane] = A[c * lanes + lane]
+        s0 = T.float32(1) - X[0] * X[0] * T.float32(0.0001)
+        s1 = X[1] * T.float32(0.5)
+        for _ in range(iters):
+            for c in T.unroll(chains):
+                for lane in T.vectorized(lanes):
+                    acc[c * lanes + lane] = acc[c * lanes + lane] * s0 + s1
+        for c in T.unroll(chains):
+            for lane in T.vectorized(lanes):
+                A[c * lanes + lane] = acc[c * lanes + lane]
+
+    return fma
+
+
+def _scale_kernel(n: int, threads: int):
+    from tvm import s_tir, te
+
+    a = te.placeholder((n,), "float32", name="A")
+    b = te.compute((n,), lambda i: a[i] * 2.0, name="B")
+    sch = s_tir.Schedule(te.create_prim_func([a, b]))
+    (i,) = sch.get_loops(sch.get_sblock("B"))
+    io, ii = sch.split(i, [None, 64])
+    if threads > 1:
+        sch.parallel(io)
+    sch.vectorize(ii)
+    return sch.mod["main"]
+
+
+def measure_peak(target_dict: dict, threads: int = 1, lanes: int = 16, mib: int = 64) -> Peak:
+    """Measures on the local CPU; `target_dict` is the backend's TVM target (JSON dict)."""
+    import numpy as np
+    import tvm
+
+    target = tvm.target.Target(target_dict)
+    dev = tvm.cpu(0)
+    chains, iters = 8, 100_000
+    fma = tvm.compile(tvm.IRModule({"main": _fma_kernel(chains, lanes, iters).with_attr("global_symbol", "main")}),
+                      target)
+    a = tvm.runtime.tensor(np.ones(chains * lanes, "float32"), dev)
+    x = tvm.runtime.tensor(np.array([0.999, 0.001], "float32"), dev)
+    t = fma.time_evaluator("main", dev, number=3, repeat=7)(a, x).median
+    flops = 2 * chains * lanes * iters / t * threads  # one kernel per core: the scalar loop is not parallel
+    n = mib * 2**20 // 4
+    scale = tvm.compile(tvm.IRModule({"main": _scale_kernel(n, threads)}), target)
+    src = tvm.runtime.tensor(np.ones(n, "float32"), dev)
+    dst = tvm.runtime.empty((n,), "float32", dev)
+    t = scale.time_evaluator("main", dev, number=2, repeat=7)(src, dst).median
+    return Peak(flops=flops, bandwidth=8 * n / t, threads=threads, target=json.dumps(target_dict, sort_keys=True))
+
+
+def main(argv: list[str]) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--target", required=True, help="TVM target as JSON")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--lanes", type=int, default=16)
+    args = ap.parse_args(argv)
+    print(json.dumps(asdict(measure_peak(json.loads(args.target), args.threads, args.lanes))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

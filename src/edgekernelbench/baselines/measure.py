@@ -1,0 +1,42 @@
+"""`ekb baseline`: measure tvm-default, onnxruntime and the unscheduled reference for a set of problems,
+with the harness's protocol (in a worker, interleaved), and keep them in a run store."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from ..harness.api import evaluate
+from ..harness.timing import TimingConfig
+from ..ir.spec import KernelSpec
+from ..reference import build_reference
+from ..store import RunStore
+
+
+def measure_baselines(problems, backend: str, run_dir: Path, threads: int = 1, timing: TimingConfig | None = None,
+                      force: bool = False, on_result: Callable[[str, bool], None] | None = None) -> dict:
+    """Returns {problem id: {"reference": s, "tvm-default": s, "onnxruntime": s}} (median seconds/call)."""
+    out: dict[str, dict[str, float]] = {}
+    with RunStore(run_dir) as store:
+        have = store.baselines(backend)
+        for p in problems:
+            names = ("reference", "tvm-default", "onnxruntime")
+            if not force and all((p.id, backend, n) in have for n in names):
+                out[p.id] = {n: have[(p.id, backend, n)]["timing"]["median"] for n in names}
+                if on_result:
+                    on_result(p.id, True)
+                continue
+            spec = KernelSpec(problem=p.id, module=build_reference(p).script(), method="reference")
+            res = evaluate(p, spec, backend, threads=threads, trials=1, timing=timing)
+            times = {}
+            if res.correct and res.runtime:
+                extra = {"threads": threads, "flops": res.flops, "bytes": res.bytes}
+                store.put_baseline(p.id, backend, "reference", res.runtime, extra)
+                times["reference"] = res.runtime.median
+                for name, t in res.baselines.items():
+                    store.put_baseline(p.id, backend, name, t, extra)
+                    times[name] = t.median
+            out[p.id] = times
+            if on_result:
+                on_result(p.id, res.correct)
+    return out

@@ -1,0 +1,1 @@
+"""The evaluation harness: judge a candidate on a backend (compile, correctness, timing)."""

@@ -1,0 +1,233 @@
+"""evaluate(): judge one candidate on one backend -- compile, correctness against the oracle, timing
+against the baselines. Runs inside a worker process (see isolation.py); call `evaluate` from the
+parent, which spawns the worker."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+
+from ..errors import DecisionError, MalformedCandidate, SignatureMismatch
+from .executor import GraphError, KernelFault, KernelRunner
+from .job import Job
+from .result import Correctness, Result
+from .timing import TimingConfig, time_interleaved
+
+log = logging.getLogger(__name__)
+
+
+def trial_seed(base: int, trial: int) -> int:
+    return (base * 1_000_003 + 7919 * (trial + 1)) % (2**31)
+
+
+def _shape_dtype(sinfo):
+    return tuple(int(d) for d in sinfo.shape.values), str(sinfo.dtype)
+
+
+def check_signature(mod, problem, reference) -> None:
+    """The candidate's main must take the graph inputs (then weights or transformed weights)."""
+    from tvm import relax
+
+    if "main" not in {gv.name_hint for gv in mod.functions} or not isinstance(mod["main"], relax.Function):
+        raise SignatureMismatch("the module has no Relax function 'main'")
+    params = list(mod["main"].params)
+    if len(params) < len(reference.input_names):
+        raise SignatureMismatch(f"main takes {len(params)} parameters, the problem has "
+                             f"{len(reference.input_names)} inputs")
+    for spec, p in zip(problem.inputs, params, strict=False):
+        try:
+            got = _shape_dtype(p.ty)
+        except Exception as e:
+            raise SignatureMismatch(f"main parameter '{p.name}' has no static tensor type") from e
+        if got != (tuple(spec.shape), spec.dtype):
+            raise SignatureMismatch(f"main parameter '{p.name}' is {got[1]}{list(got[0])}, input '{spec.name}' "
+                                 f"is {spec.dtype}{list(spec.shape)}")
+
+
+def _compare(outs, expected, atol, rtol) -> tuple[str | None, str, list[float], list[float]]:
+    """Returns (reason or None, detail, max abs errors, max rel errors)."""
+    if len(outs) != len(expected):
+        return "signature", f"{len(outs)} outputs, expected {len(expected)}", [], []
+    abs_errs, rel_errs = [], []
+    for i, (o, e) in enumerate(zip(outs, expected, strict=True)):
+        if o.shape != e.shape or o.dtype != e.dtype:
+            return "signature", f"output {i} is {o.dtype}{list(o.shape)}, expected {e.dtype}{list(e.shape)}", [], []
+        of, ef = o.astype(np.float64), e.astype(np.float64)
+        if np.issubdtype(o.dtype, np.floating):
+            nan = np.isnan(of) & ~np.isnan(ef)
+            if nan.any():
+                return ("nan_output", f"output {i}: {int(nan.sum())} of {o.size} elements are NaN (never written, "
+                        f"or computed NaN), first at {np.argwhere(nan)[0].tolist()}", [], [])
+        diff = np.abs(of - ef)
+        abs_errs.append(float(diff.max()) if diff.size else 0.0)
+        rel_errs.append(float((diff / np.maximum(np.abs(ef), 1e-12)).max()) if diff.size else 0.0)
+        bad = ~(diff <= atol + rtol * np.abs(ef))
+        if bad.any():
+            idx = np.argwhere(bad)[0].tolist()
+            return ("wrong_output", f"output {i}: {int(bad.sum())} of {o.size} elements differ; max abs err "
+                    f"{abs_errs[-1]:.3g}; first at {idx}: got {of[tuple(idx)]:.6g}, expected {ef[tuple(idx)]:.6g}",
+                    abs_errs, rel_errs)
+    return None, "", abs_errs, rel_errs
+
+
+class Runner:
+    """Runs one built module both ways: kernel by kernel (sentinel-filled outputs) and through the VM."""
+
+    def __init__(self, mod, built, session, reference):
+        self.session = session
+        self.loaded = session.load(built)
+        self.kernels = KernelRunner(mod, self.loaded.kernels, session.device, session.to_device)
+        self.has_tp = "main_transform_params" in {gv.name_hint for gv in mod.functions}
+        self.reference = reference
+        weights = [session.to_device(w) for w in reference.params]
+        if self.has_tp:
+            self.tp_kernels = self.kernels.run("main_transform_params", [tuple(weights)])
+            self.tp_vm = self.loaded.call("main_transform_params", [tuple(weights)])
+        else:
+            self.tp_kernels = self.tp_vm = weights
+
+    def args(self, inputs: dict, tp) -> list:
+        return [self.session.to_device(inputs[n]) for n in self.reference.input_names] + list(tp)
+
+    def run_kernels(self, inputs, variant=0) -> list[np.ndarray]:
+        return [t.numpy() for t in self.kernels.run("main", self.args(inputs, self.tp_kernels), variant)]
+
+    def run_vm(self, inputs) -> list[np.ndarray]:
+        args = self.args(inputs, self.tp_vm)
+        before = [a.numpy().copy() for a in args]
+        outs = [t.numpy() for t in self.loaded.call("main", args)]
+        for i, (a, b) in enumerate(zip(args, before, strict=True)):
+            if not np.array_equal(a.numpy(), b, equal_nan=True):
+                raise KernelFault("input_mutated", f"main changed its argument #{i}")
+        return outs
+
+    def timer(self, inputs):
+        return self.loaded.timer("main", self.args(inputs, self.tp_vm))
+
+
+def check_correctness(runner: Runner, problem, oracle, trials: int, seed: int) -> Correctness:
+    c = Correctness(correct=False, trials=0)
+    worst_abs: list[float] = []
+    worst_rel: list[float] = []
+    for t in range(trials):
+        inputs = problem.sample_inputs(trial_seed(seed, t))
+        originals = {k: v.copy() for k, v in inputs.items()}
+        try:
+            first = runner.run_kernels(inputs, variant=t % 2)  # candidate, before the reference
+            expected = oracle.run(inputs)  # the oracle
+            second = runner.run_vm(inputs)  # candidate again, through the VM
+        except KernelFault as e:
+            c.reason, c.detail, c.first_failing_trial = e.reason, str(e), t
+            return c
+        except GraphError as e:
+            c.reason, c.detail, c.first_failing_trial = "signature", str(e), t
+            return c
+        except Exception as e:
+            c.reason, c.detail, c.first_failing_trial = "runtime_error", _last_line(e), t
+            return c
+        if any(not np.array_equal(inputs[k], originals[k]) for k in inputs):
+            c.reason, c.detail, c.first_failing_trial = "input_mutated", "a graph input changed", t
+            return c
+        c.trials = t + 1
+        for label, outs in (("kernel-by-kernel run", first), ("VM run", second)):
+            reason, detail, abs_e, rel_e = _compare(outs, expected, problem.atol, problem.rtol)
+            if abs_e:
+                worst_abs = [max(a, b) for a, b in zip(worst_abs, abs_e, strict=True)] if worst_abs else abs_e
+                worst_rel = [max(a, b) for a, b in zip(worst_rel, rel_e, strict=True)] if worst_rel else rel_e
+            c.max_abs_err, c.max_rel_err = worst_abs, worst_rel
+            if reason:
+                c.reason, c.detail, c.first_failing_trial = reason, f"trial {t}, {label}: {detail}", t
+                return c
+    c.correct = True
+    return c
+
+
+def _last_line(e: BaseException) -> str:
+    lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
+    return f"{type(e).__name__}: {lines[-1] if lines else ''}"[:1000]
+
+
+def run_job(job: Job) -> Result:
+    """The worker's work: everything for one candidate, in this process."""
+    from ..backends.registry import get_backend
+    from ..baselines.onnxruntime import ort_timer
+    from ..baselines.tvm_default import tvm_default_module
+    from ..ir.replay import materialize
+    from ..ir.spec import KernelSpec
+    from ..oracle import Oracle
+    from ..problems import get_problem
+    from ..reference import build_reference
+
+    t_start = time.perf_counter()
+    problem = get_problem(job.problem)
+    backend = get_backend(job.backend, job.threads)
+    res = Result(problem=job.problem, sample=job.sample, backend=job.backend, candidate=job.candidate,
+                 flops=problem.flops, bytes=problem.bytes_moved)
+    spec = KernelSpec.from_dict(job.spec, job.candidate or "candidate")
+    res.spec_hash, res.method = spec.hash(), spec.method
+    reference = build_reference(problem)
+    session = backend.session()
+
+    # Trusted work first: baselines are built before any candidate text is parsed.
+    baseline_built = {}
+    if job.measure and backend.profile.can_time and "tvm-default" in job.baselines:
+        mod = tvm_default_module(reference.module, backend.target())
+        baseline_built["tvm-default"] = (mod, backend.build(mod))
+
+    try:
+        mod = materialize(spec, problem, reference)
+    except MalformedCandidate as e:
+        return _done(res.failure("parse_error", str(e)), t_start)
+    except DecisionError as e:
+        return _done(res.failure("decision_error", str(e)), t_start)
+    except SignatureMismatch as e:
+        return _done(res.failure("signature", str(e)), t_start)
+    try:
+        check_signature(mod, problem, reference)
+    except SignatureMismatch as e:
+        return _done(res.failure("signature", str(e)), t_start)
+    try:
+        built = backend.build(mod, spec.decisions.target_attrs)
+    except Exception as e:
+        return _done(res.failure("compile_error", _last_line(e) + "\n" + str(e)[-3000:]), t_start)
+    res.compiled, res.compile_seconds = True, built.seconds
+    if not backend.profile.can_check:
+        res.timing_status = "compile-only"
+        return _done(res.failure("infra", f"{backend.name} has no device to run on: compile-only"), t_start)
+
+    oracle = Oracle(problem)
+    try:
+        runner = Runner(mod, built, session, reference)
+    except (KernelFault, GraphError) as e:
+        return _done(res.failure(getattr(e, "reason", "signature"), str(e)), t_start)
+    except Exception as e:
+        return _done(res.failure("runtime_error", "main_transform_params: " + _last_line(e)), t_start)
+    res.correctness = check_correctness(runner, problem, oracle, job.trials, job.seed)
+    if not res.correctness.correct:
+        return _done(res.failure(res.correctness.reason or "wrong_output", res.correctness.detail), t_start)
+    res.correct, res.reason = True, None
+
+    if not job.measure:
+        res.timing_status = "skipped: measurement off"
+    elif not backend.profile.can_time:
+        res.timing_status = "not measured"  # emulated: timings are not speed
+    else:
+        inputs = problem.sample_inputs(trial_seed(job.seed, 0))
+        contenders = {"candidate": runner.timer(inputs)}
+        for name, (bmod, bbuilt) in baseline_built.items():
+            contenders[name] = Runner(bmod, bbuilt, session, reference).timer(inputs)
+        if "onnxruntime" in job.baselines:
+            contenders["onnxruntime"] = ort_timer(problem, inputs, job.threads)
+        timings = time_interleaved(contenders, TimingConfig(**job.timing))
+        res.runtime = timings.pop("candidate")
+        res.baselines = timings
+        res.speedups = {n: t.median / res.runtime.median for n, t in timings.items() if res.runtime.median > 0}
+        res.timing_status = "measured"
+    return _done(res, t_start)
+
+
+def _done(res: Result, t_start: float) -> Result:
+    res.eval_seconds = time.perf_counter() - t_start
+    return res

@@ -1,0 +1,32 @@
+"""What the parent sends a worker: one candidate to judge on one backend."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+from .timing import TimingConfig
+
+DEFAULT_BASELINES = ("tvm-default", "onnxruntime")
+
+
+@dataclass
+class Job:
+    problem: str
+    sample: int
+    backend: str
+    spec: dict  # KernelSpec.to_dict()
+    candidate: str = ""  # where it came from (file path), for the record
+    threads: int = 1
+    trials: int = 5
+    seed: int = 0
+    timing: dict = field(default_factory=lambda: asdict(TimingConfig()))
+    baselines: list[str] = field(default_factory=lambda: list(DEFAULT_BASELINES))
+    measure: bool = True  # time the candidate and baselines when it is correct
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> Job:
+        return cls(**json.loads(text))

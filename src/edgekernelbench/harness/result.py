@@ -1,0 +1,93 @@
+"""The Result record: what the harness found out about one candidate on one backend."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+# Why a candidate failed. One reason per result; `detail` carries the text.
+FAIL_REASONS = (
+    "parse_error",  # the candidate file or module text could not be read
+    "decision_error",  # a recorded decision did not apply to the reference
+    "compile_error",  # TVM could not build the module
+    "signature",  # wrong parameters, shapes, dtypes or number of outputs
+    "wrong_output",  # ran, but the output differs from the oracle
+    "nan_output",  # left the sentinel (NaN) in some output element: wrote nothing / part
+    "input_mutated",  # wrote into one of its inputs
+    "runtime_error",  # a kernel raised at run time
+    "crash",  # the worker process died (signal, abort)
+    "timeout",  # the worker ran past its wall-clock limit
+    "memory",  # the worker ran past its memory limit
+    "infra",  # the harness itself failed (not the candidate's fault)
+)
+
+
+@dataclass
+class Timing:
+    """One contender's timing: per-call seconds, median over `count` interleaved rounds."""
+
+    median: float
+    iqr: float  # interquartile range of the rounds
+    min: float
+    max: float
+    count: int  # number of rounds
+    number: int  # calls per round
+
+    @property
+    def spread(self) -> float:
+        return self.iqr / self.median if self.median else 0.0
+
+
+@dataclass
+class Correctness:
+    correct: bool
+    trials: int = 0
+    max_abs_err: list[float] = field(default_factory=list)  # per output, worst over trials
+    max_rel_err: list[float] = field(default_factory=list)
+    first_failing_trial: int | None = None
+    reason: str | None = None
+    detail: str = ""
+
+
+@dataclass
+class Result:
+    problem: str
+    sample: int
+    backend: str
+    compiled: bool = False
+    correct: bool = False
+    reason: str | None = None  # one of FAIL_REASONS when not correct
+    detail: str = ""  # compiler error text, failing check, ...
+    correctness: Correctness | None = None
+    runtime: Timing | None = None
+    baselines: dict[str, Timing] = field(default_factory=dict)
+    speedups: dict[str, float] = field(default_factory=dict)  # baseline time / candidate time
+    timing_status: str = "not measured"  # measured | not measured | skipped: <why>
+    flops: int = 0
+    bytes: int = 0
+    compile_seconds: float = 0.0
+    eval_seconds: float = 0.0
+    candidate: str = ""  # file the candidate came from
+    spec_hash: str = ""
+    method: str = ""  # who made the candidate (free text from the spec)
+    extra: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Result:
+        d = dict(d)
+        if d.get("correctness"):
+            d["correctness"] = Correctness(**d["correctness"])
+        if d.get("runtime"):
+            d["runtime"] = Timing(**d["runtime"])
+        d["baselines"] = {k: Timing(**v) for k, v in (d.get("baselines") or {}).items()}
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+    def failure(self, reason: str, detail: str) -> Result:
+        self.correct = False
+        self.reason = reason
+        self.detail = detail[-4000:]
+        return self

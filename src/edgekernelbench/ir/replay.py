@@ -1,0 +1,276 @@
+"""Materialize a KernelSpec into an IRModule by replaying its decisions on the problem's reference IR.
+
+Runs inside the worker process: module text from a candidate is parsed here (TVM's TVMScript
+parser evaluates Python expressions), never in the harness's parent process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+
+from ..errors import DecisionError, MalformedCandidate, SignatureMismatch
+from .spec import SCHEDULE_LAYERS, KernelSpec
+
+# Instruction kinds by layer, for splitting a flat trace (e.g. from MetaSchedule) into phases.
+MEMORY_KINDS = {"CacheRead", "CacheWrite", "ReindexCacheRead", "ReindexCacheWrite", "CacheInplace",
+                "CacheIndex", "ReIndex", "TransformLayout", "TransformBlockLayout", "SetScope",
+                "StorageAlign", "SetAxisSeparator", "SetDType", "RollingBuffer"}
+TARGET_KINDS = {"Tensorize", "Blockize", "Annotate", "Unannotate", "EnterPostproc"}
+GRAPH_PASSES = {  # Relax passes a graph-layer decision may name, with the args they accept
+    "ConvertLayout": ("desired_layouts",),
+    "FoldConstant": (),
+    "FuseOps": ("fuse_opt_level",),
+    "FuseTIR": (),
+    "DeadCodeElimination": (),
+    "CombineParallelMatmul": (),
+}
+
+
+def workload_key(func) -> str:
+    """Structural hash of a PrimFunc, independent of its name: the same workload in two problems
+    gets the same key, so recorded decisions can be looked up and reused."""
+    import tvm_ffi
+
+    if func.attrs is not None and "global_symbol" in func.attrs:
+        func = func.without_attr("global_symbol")
+    return f"{tvm_ffi.structural_hash(func, map_free_vars=True):016x}"
+
+
+def _json_default(o):
+    return o.value if hasattr(o, "value") else str(o)
+
+
+def trace_json(sch) -> list:
+    """The schedule's trace as plain JSON data ([insts, decisions])."""
+    return json.loads(json.dumps(sch.trace.as_json(remove_postproc=False), default=_json_default))
+
+
+def combine_layers(layer_traces: list[tuple[str, list]]) -> tuple[list, list[tuple[str, int, str]]]:
+    """Concatenates the phases of one PrimFunc into one trace; returns it and, per instruction,
+    (layer, index within the layer, kind) for error messages."""
+    insts, decisions, where = [], [], []
+    for layer, (l_insts, l_dec) in layer_traces:
+        offset = len(insts)
+        insts.extend(l_insts)
+        decisions.extend([[int(i) + offset, d] for i, d in l_dec])
+        where.extend((layer, k, inst[0]) for k, inst in enumerate(l_insts))
+    return [insts, decisions], where
+
+
+def _prefix(trace: list, n: int) -> list:
+    insts, decisions = trace
+    return [insts[:n], [d for d in decisions if int(d[0]) < n]]
+
+
+def apply_trace(func, trace: list, func_name: str, where=None):
+    """Replays `trace` on a fresh schedule of `func`; a failure names the step that did not apply."""
+    from tvm import s_tir
+
+    mod = _as_main(func)
+    try:
+        sch = s_tir.Schedule(mod)
+        s_tir.Trace.apply_json_to_schedule(trace, sch)
+        return sch
+    except Exception as first:  # find the first instruction that fails
+        failing, detail = len(trace[0]) - 1, _one_line(first)
+        for n in range(1, len(trace[0]) + 1):
+            try:
+                s_tir.Trace.apply_json_to_schedule(_prefix(trace, n), s_tir.Schedule(mod))
+            except Exception as e:
+                failing, detail = n - 1, _one_line(e)
+                break
+        layer, step, kind = (where or [("loop", i, trace[0][i][0]) for i in range(len(trace[0]))])[failing] \
+            if trace[0] else ("loop", 0, "?")
+        raise DecisionError(func_name, layer, step, kind, detail) from first
+
+
+def _one_line(e: Exception) -> str:
+    lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
+    msgs = [ln for ln in lines if "Error" in ln or "error" in ln or "Check failed" in ln]
+    return (msgs[-1] if msgs else (lines[-1] if lines else type(e).__name__))[:500]
+
+
+def _as_main(func):
+    import tvm
+
+    return tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
+
+
+class LayerRecorder:
+    """Schedules one PrimFunc in layer phases and records each phase's trace.
+
+    >>> rec = LayerRecorder(func)
+    >>> with rec.layer("loop"):
+    ...     i, j = rec.sch.get_loops(rec.sch.get_sblock("C")); rec.sch.vectorize(j)
+    >>> rec.traces()  # {"loop": [insts, decisions]}
+    """
+
+    def __init__(self, func):
+        from tvm import s_tir
+
+        self.sch = s_tir.Schedule(_as_main(func))
+        self._bounds: list[tuple[str, int, int]] = []
+
+    @contextlib.contextmanager
+    def layer(self, name: str):
+        if name not in SCHEDULE_LAYERS:
+            raise ValueError(f"unknown schedule layer {name!r}")
+        start = len(self.sch.trace.insts)
+        yield self.sch
+        self._bounds.append((name, start, len(self.sch.trace.insts)))
+
+    def traces(self) -> dict[str, list]:
+        insts, decisions = trace_json(self.sch)
+        out: dict[str, list] = {}
+        for name, a, b in self._bounds:
+            if b == a:
+                continue
+            if name in out:
+                raise ValueError(f"layer {name} recorded twice; phases must be loop, memory, target in order")
+            out[name] = [insts[a:b], [[int(i) - a, d] for i, d in decisions if a <= int(i) < b]]
+        return out
+
+    def func(self):
+        return self.sch.mod["main"]
+
+
+def split_flat_trace(trace: list) -> dict[str, list]:
+    """Splits a flat trace into monotone phases: a layer runs from its first characteristic
+    instruction until the next layer's first; lookup-only instructions stay in the current phase."""
+    order = {name: i for i, name in enumerate(SCHEDULE_LAYERS)}
+    insts, decisions = trace
+    current, bounds = 0, []
+    for k, inst in enumerate(insts):
+        kind_layer = 2 if inst[0] in TARGET_KINDS else 1 if inst[0] in MEMORY_KINDS else 0
+        current = max(current, kind_layer)
+        bounds.append(current)
+    out = {}
+    for layer, idx in order.items():
+        ks = [k for k, b in enumerate(bounds) if b == idx]
+        if ks:
+            a, b = ks[0], ks[-1] + 1
+            out[layer] = [insts[a:b], [[int(i) - a, d] for i, d in decisions if a <= int(i) < b]]
+    return out
+
+
+# ---------------------------------------------------------------------- materialize
+def parse_module(text: str, source: str = "candidate"):
+    """Parses TVMScript text into an IRModule (inside the worker only)."""
+    import tvm
+
+    lines = [ln for ln in text.splitlines() if not ln.lstrip().startswith(("from tvm.script import", "import "))]
+    try:
+        mod = tvm.script.from_source("\n".join(lines))
+    except SyntaxError as e:
+        raise MalformedCandidate(f"{source}: Python syntax error: {e.msg} (line {e.lineno})") from e
+    except Exception as e:
+        raise MalformedCandidate(f"{source}: TVMScript error: {_one_line(e)}") from e
+    if isinstance(mod, tvm.tirx.PrimFunc):
+        mod = tvm.IRModule({"main": mod})
+    if not isinstance(mod, tvm.IRModule):
+        raise MalformedCandidate(f"{source}: TVMScript must define an IRModule (@I.ir_module), got {type(mod).__name__}")
+    return mod
+
+
+def apply_graph_decisions(problem, passes: list[dict]):
+    """Rebuilds the reference with graph-layer Relax passes applied before legalization and fusion."""
+    import tvm
+    from tvm import relax
+
+    from ..reference import legalize_and_fuse, relax_from_onnx, strip_params
+
+    mod = relax_from_onnx(problem.model)
+    if "params" in mod["main"].attrs:
+        mod = relax.transform.LiftTransformParams()(mod)
+    seq = []
+    for p in passes:
+        name, args = p.get("name"), p.get("args", {})
+        if name not in GRAPH_PASSES:
+            raise DecisionError("main", "graph", passes.index(p), str(name),
+                                f"unknown graph pass; allowed: {sorted(GRAPH_PASSES)}")
+        bad = set(args) - set(GRAPH_PASSES[name])
+        if bad:
+            raise DecisionError("main", "graph", passes.index(p), name, f"unknown arguments {sorted(bad)}")
+        seq.append(getattr(relax.transform, name)(**args))
+    try:
+        mod = tvm.transform.Sequential(seq)(mod)
+    except Exception as e:
+        raise DecisionError("main", "graph", 0, "passes", _one_line(e)) from e
+    return strip_params(legalize_and_fuse(mod))
+
+
+def materialize(spec: KernelSpec, problem, reference):
+    """Returns the candidate IRModule: its module text (a full module, or PrimFuncs that replace the
+    reference's), or the reference, with the spec's schedule decisions replayed per PrimFunc."""
+    import tvm
+    from tvm import relax
+
+    if spec.decisions.graph.get("passes"):
+        base = apply_graph_decisions(problem, spec.decisions.graph["passes"])
+    else:
+        base = reference.module
+    if spec.module is not None:
+        cand = parse_module(spec.module)
+        names = {gv.name_hint for gv in cand.functions}
+        if "main" in names and isinstance(cand["main"], relax.Function):
+            base = relax.transform.LegalizeOps()(cand)  # a full module; high-level ops get TVM's lowering
+        else:
+            ref_funcs = {gv.name_hint for gv in base.functions}
+            unknown = sorted(names - ref_funcs)
+            if unknown:
+                raise MalformedCandidate(
+                    f"candidate defines {unknown}, which the reference does not call; PrimFuncs to write: "
+                    f"{sorted(n for n in ref_funcs if not n.startswith('main'))}")
+            new = {gv.name_hint: f for gv, f in cand.functions.items()}
+            for name, f in new.items():
+                check_params(name, f, base[name])
+            base = _replace_funcs(base, new)
+    prim = {gv.name_hint: f for gv, f in base.functions.items() if isinstance(f, tvm.tirx.PrimFunc)}
+    scheduled = {}
+    for name in spec.decisions.scheduled_funcs():
+        if name not in prim:
+            raise DecisionError(name, "loop", 0, "-", f"no PrimFunc named '{name}' in the module "
+                                f"(PrimFuncs: {sorted(prim)})")
+        trace, where = combine_layers(spec.decisions.layer_traces(name))
+        scheduled[name] = apply_trace(prim[name], trace, name, where).mod["main"]
+    return _replace_funcs(base, scheduled) if scheduled else base
+
+
+def buffer_signature(func) -> list[tuple[tuple[int, ...], str]]:
+    out = []
+    for p in func.params:
+        try:
+            out.append((tuple(int(d) for d in p.shape), str(p.dtype)))
+        except (TypeError, AttributeError):
+            out.append(((), str(getattr(p, "dtype", "handle"))))
+    return out
+
+
+def check_params(name: str, cand, ref) -> None:
+    """A replacement PrimFunc must take the reference's buffers: same count, shapes and dtypes."""
+    import tvm
+
+    if not isinstance(cand, tvm.tirx.PrimFunc):
+        raise SignatureMismatch(f"'{name}' must be a PrimFunc, like the reference's")
+    got, want = buffer_signature(cand), buffer_signature(ref)
+    if len(got) != len(want):
+        raise SignatureMismatch(f"PrimFunc '{name}' takes {len(got)} buffers, the reference's takes {len(want)}")
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        if g != w:
+            raise SignatureMismatch(f"PrimFunc '{name}' parameter {i} ('{cand.params[i].name}') is "
+                                    f"{g[1]}{list(g[0])}, the reference passes {w[1]}{list(w[0])}")
+
+
+def _replace_funcs(mod, new: dict):
+    """A copy of `mod` with functions replaced by name, keeping the GlobalVars callers refer to."""
+    import tvm
+
+    funcs = {}
+    for gv, f in mod.functions.items():
+        if gv.name_hint in new:
+            f = new[gv.name_hint]
+            if f.attrs is not None and "global_symbol" in f.attrs:
+                f = f.without_attr("global_symbol")
+        funcs[gv] = f
+    return tvm.IRModule(funcs, attrs=mod.attrs)

@@ -1,0 +1,98 @@
+"""The Problem record: one benchmark workload, its reference computation as an ONNX graph built in code."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+
+LEVEL_NAMES = {1: "single operators", 2: "fused subgraphs", 3: "compact models"}
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """How to draw one graph input: a distribution over a shape and dtype."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    dist: str = "normal"  # normal | uniform | int
+    low: float = -1.0
+    high: float = 1.0
+    scale: float = 1.0
+
+    def sample(self, rng: np.random.Generator) -> np.ndarray:
+        if self.dist == "normal":
+            return (rng.standard_normal(self.shape) * self.scale).astype(self.dtype)
+        if self.dist == "uniform":
+            return rng.uniform(self.low, self.high, self.shape).astype(self.dtype)
+        if self.dist == "int":
+            return rng.integers(int(self.low), int(self.high) + 1, self.shape).astype(self.dtype)
+        raise ValueError(f"unknown input distribution {self.dist!r}")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A workload: reference ONNX graph (random weights from a fixed seed), inputs, tolerance, cost."""
+
+    id: str  # e.g. "L1/dwconv3x3_kws"
+    level: int
+    domain: str  # vision | wakeword | kws | anomaly | nlp | sensors | audio
+    category: str  # conv2d | depthwise | pointwise | dense | ... (operator class or block kind)
+    source: str  # which edge model and layer the shape comes from
+    graph: Callable = field(repr=False, compare=False)  # graph(g: GraphBuilder) adds nodes to g
+    seed: int = 0
+    atol: float = 1e-4
+    rtol: float = 1e-4
+    tags: tuple[str, ...] = ()
+    description: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.id.split("/", 1)[1]
+
+    @functools.cached_property
+    def _built(self) -> tuple[onnx.ModelProto, tuple[InputSpec, ...]]:
+        from .graph import GraphBuilder
+
+        g = GraphBuilder(self.name, seed=self.seed)
+        self.graph(g)
+        model = g.build()
+        onnx.checker.check_model(model, full_check=True)
+        return model, tuple(g.specs)
+
+    @property
+    def model(self) -> onnx.ModelProto:
+        return self._built[0]
+
+    @property
+    def inputs(self) -> tuple[InputSpec, ...]:
+        return self._built[1]
+
+    def sample_inputs(self, seed: int) -> dict[str, np.ndarray]:
+        rng = np.random.default_rng(seed)
+        return {spec.name: spec.sample(rng) for spec in self.inputs}
+
+    @functools.cached_property
+    def cost(self):  # -> analysis.Cost
+        from .analysis import graph_cost
+
+        return graph_cost(self.model)
+
+    @property
+    def flops(self) -> int:
+        return self.cost.flops
+
+    @property
+    def bytes_moved(self) -> int:
+        return self.cost.bytes
+
+    def summary(self) -> dict:
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "graph"}
+        d["inputs"] = [dataclasses.asdict(s) for s in self.inputs]
+        d["flops"], d["bytes"] = self.flops, self.bytes_moved
+        return d

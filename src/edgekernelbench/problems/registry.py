@@ -1,0 +1,77 @@
+"""The problem registry: every built-in suite registers here; look-ups by id, filters by level/domain/tag."""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import os
+
+from ..errors import UnknownProblem
+from .base import Problem
+
+_REGISTRY: dict[str, Problem] = {}
+_LOADED = False
+
+
+def register(problem: Problem) -> Problem:
+    if problem.id in _REGISTRY:
+        raise ValueError(f"problem {problem.id} registered twice")
+    if not problem.id.startswith(f"L{problem.level}/"):
+        raise ValueError(f"problem id {problem.id} must start with L{problem.level}/")
+    _REGISTRY[problem.id] = problem
+    return problem
+
+
+def _load_builtin() -> None:
+    global _LOADED
+    if not _LOADED:
+        _LOADED = True
+        from . import level1  # noqa: F401  (registers on import)
+
+        # extra suites, e.g. EKB_PROBLEM_MODULES=my_suite (modules that call register() on import)
+        for name in filter(None, os.environ.get("EKB_PROBLEM_MODULES", "").split(",")):
+            try:
+                importlib.import_module(name.strip())
+            except ImportError as e:
+                raise UnknownProblem(f"EKB_PROBLEM_MODULES names '{name}', which cannot be imported: {e}") from e
+
+
+def all_problems() -> list[Problem]:
+    _load_builtin()
+    return sorted(_REGISTRY.values(), key=lambda p: (p.level, p.id))
+
+
+def get_problem(problem_id: str) -> Problem:
+    _load_builtin()
+    if problem_id in _REGISTRY:
+        return _REGISTRY[problem_id]
+    # accept the bare name when it is unambiguous ("dwconv3x3_kws" for "L1/dwconv3x3_kws")
+    matches = [p for p in _REGISTRY.values() if p.name == problem_id]
+    if len(matches) == 1:
+        return matches[0]
+    close = difflib.get_close_matches(problem_id, list(_REGISTRY), n=3)
+    hint = f" (did you mean {', '.join(close)}?)" if close else " (see `ekb list`)"
+    raise UnknownProblem(f"unknown problem '{problem_id}'{hint}")
+
+
+def select(
+    level: int | None = None,
+    domain: str | None = None,
+    tag: str | None = None,
+    category: str | None = None,
+    ids: list[str] | None = None,
+) -> list[Problem]:
+    if ids:
+        return [get_problem(i) for i in ids]
+    out = []
+    for p in all_problems():
+        if level is not None and p.level != level:
+            continue
+        if domain and p.domain != domain:
+            continue
+        if category and p.category != category:
+            continue
+        if tag and tag not in p.tags:
+            continue
+        out.append(p)
+    return out

@@ -1,0 +1,102 @@
+"""The reference IR of a problem: ONNX -> Relax (tvm.relax.frontend.onnx) -> legalized, fused PrimFuncs.
+
+Weights stay parameters of `main` (keep_params_in_input=True), so the module prints as
+self-contained TVMScript and the harness passes weights as arguments, like any kernel input.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+
+from .problems import Problem
+
+REFERENCE_PIPELINE = ["LegalizeOps", "AnnotateTIROpPattern", "FoldConstant", "FuseOps", "FuseTIR"]
+
+
+@dataclass
+class Reference:
+    problem_id: str
+    module: object  # tvm.IRModule: Relax `main` (+ `main_transform_params`) + fused PrimFuncs
+    input_names: list[str]  # graph inputs: the first parameters of main
+    param_names: list[str]  # ONNX weights: the tuple main_transform_params takes
+    params: list[np.ndarray]  # the raw weights, in param_names order
+
+    def script(self) -> str:
+        return self.module.script()
+
+    def primfuncs(self) -> dict:
+        import tvm
+
+        return {gv.name_hint: f for gv, f in self.module.functions.items() if isinstance(f, tvm.tirx.PrimFunc)}
+
+    def kernel_calls(self) -> list[str]:
+        """PrimFunc names in the order main calls them."""
+        from .harness.executor import graph_steps
+
+        return [s.func for s in graph_steps(self.module["main"]) if s.kind == "call_tir"]
+
+
+
+def generic_target():
+    import tvm
+
+    return tvm.target.Target({"kind": "llvm"})
+
+
+def relax_from_onnx(model):
+    from tvm.relax.frontend.onnx import from_onnx
+
+    return from_onnx(model, keep_params_in_input=True)
+
+
+def legalize_and_fuse(mod, target=None):
+    import tvm
+    from tvm import relax
+
+    target = target or generic_target()
+    with target:
+        return tvm.transform.Sequential(relax.backend.cpu_generic.legalize_passes(target))(mod)
+
+
+def strip_params(mod):
+    """Drop the weight values from main's attributes: they live in Reference.params instead."""
+    import tvm
+
+    funcs = {}
+    for gv, f in mod.functions.items():
+        if gv.name_hint == "main" and f.attrs is not None and "params" in f.attrs:
+            f = f.without_attr("params")
+        funcs[gv] = f
+    return tvm.IRModule(funcs, attrs=mod.attrs)
+
+
+@functools.lru_cache(maxsize=64)
+def _build_reference(problem_id: str) -> Reference:
+    from .problems import get_problem
+
+    return build_reference_uncached(get_problem(problem_id))
+
+
+def build_reference(problem: Problem) -> Reference:
+    from .problems.registry import _REGISTRY
+
+    if _REGISTRY.get(problem.id) is problem:
+        return _build_reference(problem.id)
+    return build_reference_uncached(problem)
+
+
+def build_reference_uncached(problem: Problem) -> Reference:
+    mod = relax_from_onnx(problem.model)
+    main = mod["main"]
+    n_in = int(main.attrs["num_input"])
+    params = [p.numpy() for p in main.attrs["params"]] if "params" in main.attrs else []
+    names = [p.name for p in main.params]
+    from tvm import relax
+
+    if params:  # weight-only work (layout transposes, bias reshapes) moves to main_transform_params
+        mod = relax.transform.LiftTransformParams()(mod)
+    fused = strip_params(legalize_and_fuse(mod))
+    return Reference(problem.id, fused, names[:n_in], names[n_in:], params)

@@ -1,0 +1,195 @@
+"""Renders a `Summary`: rich tables for the terminal, JSON and CSV for files."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections.abc import Iterable, Sequence
+
+from rich.table import Table
+from rich.text import Text
+
+from ..harness.result import Result
+from .summary import Summary, per_problem_rows
+
+__all__ = [
+    "CSV_FIELDS",
+    "fmt_pct",
+    "fmt_speedup",
+    "render_problem_table",
+    "render_table",
+    "render_tables",
+    "to_csv",
+    "to_json",
+]
+
+CSV_FIELDS = (
+    "backend",
+    "level",
+    "problems",
+    "samples",
+    "compile_at_1",
+    "correct_at_1",
+    "baseline",
+    "p",
+    "fast_at_1",
+    "geomean_speedup",
+    "roofline_fraction",
+)
+
+_NONE = "-"
+
+
+def fmt_pct(x: float | None) -> str:
+    """0.6667 -> "66.7%"; None -> "-"."""
+    return _NONE if x is None else f"{100.0 * x:.1f}%"
+
+
+def fmt_speedup(x: float | None) -> str:
+    """1.234 -> "1.23x"; None -> "-"."""
+    if x is None:
+        return _NONE
+    return f"{x:.2f}x" if math.isfinite(x) else f"{x}x"
+
+
+def _p_label(p: float) -> str:
+    return f"{p:g}" if p != int(p) else f"{p:.1f}"
+
+
+def _check_p(summary: Summary, p: float) -> float:
+    for q in summary.ps:
+        if math.isclose(q, p):
+            return q
+    raise ValueError(f"Fast@{p} was not computed; the summary has p in {list(summary.ps)}")
+
+
+def render_table(summary: Summary, p_headline: float = 1.0, backend: str | None = None) -> Table:
+    """The metrics table of one backend (columns: level, problems, samples, Compile@1, Correct@1,
+    Fast@p_headline and geomean speedup vs each baseline, roofline fraction when known).
+
+    `backend` defaults to the summary's only backend; with several and none named, one table holds
+    them all, with a backend column and a section per backend.
+    """
+    p = _check_p(summary, p_headline)
+    bsums = [summary.backend(backend)] if backend is not None else list(summary.backends)
+    combined = len(bsums) > 1
+    show_roof = any(lv.roofline_fraction is not None for b in bsums for lv in b.levels)
+
+    title = f"EdgeKernelBench: {bsums[0].backend}" if len(bsums) == 1 else "EdgeKernelBench"
+    table = Table(title=Text(title))  # names are data, not markup
+    if combined:
+        table.add_column("backend")
+    table.add_column("level")
+    table.add_column("problems", justify="right")
+    table.add_column("samples", justify="right")
+    table.add_column("Compile@1", justify="right")
+    table.add_column("Correct@1", justify="right")
+    for b in summary.baselines:
+        table.add_column(f"Fast@{_p_label(p)} vs {b}", justify="right")
+    for b in summary.baselines:
+        table.add_column(f"geomean vs {b}", justify="right")
+    if show_roof:
+        table.add_column("roofline", justify="right")
+
+    for i, bs in enumerate(bsums):
+        for j, lv in enumerate(bs.levels):
+            row = [Text(bs.backend)] if combined else []
+            row += [
+                lv.level,
+                str(lv.problems),
+                str(lv.samples),
+                fmt_pct(lv.compile_at_1),
+                fmt_pct(lv.correct_at_1),
+            ]
+            row += [fmt_pct(lv.fast.get(b, {}).get(p)) for b in summary.baselines]
+            row += [fmt_speedup(lv.geomean_speedup.get(b)) for b in summary.baselines]
+            if show_roof:
+                row.append(fmt_pct(lv.roofline_fraction))
+            last = j == len(bs.levels) - 1
+            table.add_row(
+                *row,
+                style="bold" if lv.level == "all" else None,
+                end_section=last and i < len(bsums) - 1,
+            )
+    return table
+
+
+def render_tables(summary: Summary, p_headline: float = 1.0) -> list[Table]:
+    """One `render_table` per backend."""
+    return [render_table(summary, p_headline, b.backend) for b in summary.backends]
+
+
+def to_json(summary: Summary, indent: int | None = 2) -> str:
+    """The summary as JSON (Fast@p keys are the p values as strings, e.g. "1.0")."""
+    return json.dumps(summary.to_dict(), indent=indent)
+
+
+def to_csv(summary: Summary) -> str:
+    """One row per backend / level / baseline / p (fractions, not percentages; empty = none)."""
+
+    def num(x):
+        return "" if x is None else x
+
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=CSV_FIELDS, lineterminator="\n")
+    w.writeheader()
+    for bs in summary.backends:
+        for lv in bs.levels:
+            common = {
+                "backend": bs.backend,
+                "level": lv.level,
+                "problems": lv.problems,
+                "samples": lv.samples,
+                "compile_at_1": num(lv.compile_at_1),
+                "correct_at_1": num(lv.correct_at_1),
+                "roofline_fraction": num(lv.roofline_fraction),
+            }
+            if not summary.baselines or not summary.ps:
+                w.writerow({**common, "baseline": "", "p": "", "fast_at_1": "", "geomean_speedup": ""})
+                continue
+            for b in summary.baselines:
+                for p in summary.ps:
+                    w.writerow(
+                        {
+                            **common,
+                            "baseline": b,
+                            "p": p,
+                            "fast_at_1": num(lv.fast.get(b, {}).get(p)),
+                            "geomean_speedup": num(lv.geomean_speedup.get(b)),
+                        }
+                    )
+    return buf.getvalue()
+
+
+def render_problem_table(
+    results: Iterable[Result], baselines: Sequence[str] | None = None, title: str = "Samples"
+) -> Table:
+    """A detail table: one row per sample (problem, backend, sample, status, runtime, speedups)."""
+    rows = per_problem_rows(results, baselines)
+    bls = list(baselines) if baselines is not None else sorted({b for r in rows for b in r["speedups"]})
+    table = Table(title=title)
+    for name, justify in (
+        ("problem", "left"),
+        ("backend", "left"),
+        ("sample", "right"),
+        ("status", "left"),
+        ("median us", "right"),
+    ):
+        table.add_column(name, justify=justify)
+    for b in bls:
+        table.add_column(f"vs {b}", justify="right")
+    table.add_column("detail", overflow="fold")
+    for r in rows:
+        # Text, not markup: problem ids and compiler messages may contain "[...]"
+        table.add_row(
+            Text(r["problem"]),
+            Text(r["backend"]),
+            str(r["sample"]),
+            Text(r["status"], style="green" if r["status"] == "correct" else "red"),
+            _NONE if r["runtime_us"] is None else f"{r['runtime_us']:.1f}",
+            *[fmt_speedup(r["speedups"].get(b)) for b in bls],
+            Text(r["detail"]),
+        )
+    return table

@@ -1,0 +1,180 @@
+"""Summaries of a run: the benchmark metrics per backend and level, as plain data.
+
+All rates are k = 1 estimates (see `edgekernelbench.metrics`): each problem counts once,
+with the fraction of its samples that compiled / are correct / are fast. Geometric-mean
+speedups and roofline fractions are taken over the correct samples (sample-weighted).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from .. import metrics
+from ..harness.result import Result
+
+__all__ = [
+    "DEFAULT_BASELINES",
+    "DEFAULT_PS",
+    "BackendSummary",
+    "LevelSummary",
+    "Summary",
+    "level_label",
+    "per_problem_rows",
+    "sample_status",
+    "summarize",
+]
+
+DEFAULT_BASELINES = ("tvm-default", "onnxruntime")
+DEFAULT_PS = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)
+ALL = "all"
+
+
+def level_label(level: int | None) -> str:
+    """ "L1", "L2", ... ("L?" for an id without a level)."""
+    return f"L{level}" if level is not None else "L?"
+
+
+@dataclass
+class LevelSummary:
+    level: str  # "L1", "L2", ... or "all"
+    problems: int
+    samples: int
+    compile_at_1: float | None
+    correct_at_1: float | None
+    fast: dict[str, dict[float, float | None]] = field(default_factory=dict)  # baseline -> p -> Fast@p
+    geomean_speedup: dict[str, float | None] = field(default_factory=dict)  # baseline -> geomean
+    roofline_fraction: float | None = None  # mean over correct samples that carry one
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["fast"] = {b: {_pkey(p): v for p, v in ps.items()} for b, ps in self.fast.items()}
+        return d
+
+
+@dataclass
+class BackendSummary:
+    backend: str
+    levels: list[LevelSummary]  # by level, then "all" last
+
+    def level(self, name: str) -> LevelSummary:
+        for lv in self.levels:
+            if lv.level == name:
+                return lv
+        raise KeyError(name)
+
+    @property
+    def all(self) -> LevelSummary:
+        return self.level(ALL)
+
+    def to_dict(self) -> dict:
+        return {"backend": self.backend, "levels": [lv.to_dict() for lv in self.levels]}
+
+
+@dataclass
+class Summary:
+    baselines: tuple[str, ...]
+    ps: tuple[float, ...]
+    backends: list[BackendSummary]
+
+    def backend(self, name: str) -> BackendSummary:
+        for b in self.backends:
+            if b.backend == name:
+                return b
+        raise KeyError(name)
+
+    def to_dict(self) -> dict:
+        return {
+            "baselines": list(self.baselines),
+            "ps": list(self.ps),
+            "backends": [b.to_dict() for b in self.backends],
+        }
+
+
+def _pkey(p: float) -> str:
+    return repr(float(p))
+
+
+def _level_summary(name: str, results: list[Result], baselines: Sequence[str], ps: Sequence[float]):
+    groups = metrics.outcomes(results)
+    compile1 = metrics.compile_at_k(results, 1)
+    correct1 = metrics.correct_at_k(results, 1)
+    return LevelSummary(
+        level=name,
+        problems=len(groups),
+        samples=len(results),
+        compile_at_1=compile1.value,
+        correct_at_1=correct1.value,
+        fast={b: {float(p): metrics.fast_at_k(results, p, b, 1).value for p in ps} for b in baselines},
+        geomean_speedup={b: metrics.geomean_speedup(results, b) for b in baselines},
+        roofline_fraction=metrics.mean_roofline_fraction(results),
+    )
+
+
+def summarize(
+    results: Iterable[Result],
+    baselines: Sequence[str] = DEFAULT_BASELINES,
+    ps: Sequence[float] = DEFAULT_PS,
+) -> Summary:
+    """Metrics for each backend (sorted), for each level present and for "all".
+
+    Results whose problem id has no level ("L<n>/...") only count in "all".
+    """
+    baselines = tuple(baselines)
+    ps = tuple(float(p) for p in ps)
+    by_backend: dict[str, list[Result]] = {}
+    for r in results:
+        by_backend.setdefault(r.backend, []).append(r)
+    out = []
+    for backend in sorted(by_backend):
+        rs = by_backend[backend]
+        by_level: dict[int, list[Result]] = {}
+        for r in rs:
+            lv = metrics.level_of(r.problem)
+            if lv is not None:
+                by_level.setdefault(lv, []).append(r)
+        levels = [_level_summary(level_label(lv), by_level[lv], baselines, ps) for lv in sorted(by_level)]
+        levels.append(_level_summary(ALL, rs, baselines, ps))
+        out.append(BackendSummary(backend, levels))
+    return Summary(baselines, ps, out)
+
+
+def sample_status(r: Result) -> str:
+    """ "correct", else the failure reason, else "incorrect" / "not compiled"."""
+    if r.correct:
+        return "correct"
+    if r.reason:
+        return r.reason
+    return "incorrect" if r.compiled else "not compiled"
+
+
+def _short(text: str, limit: int = 120) -> str:
+    lines = [ln.strip() for ln in (text or "").strip().splitlines() if ln.strip()]
+    line = lines[-1] if lines else ""  # compiler errors put the message last
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def per_problem_rows(results: Iterable[Result], baselines: Sequence[str] | None = None) -> list[dict]:
+    """One row per sample, sorted by (backend, problem, sample), for a detail table.
+
+    Keys: problem, backend, sample, status, detail (one short line), runtime_us (median, or None),
+    speedups {baseline: float | None} for `baselines` (default: every baseline any result has).
+    """
+    results = list(results)
+    if baselines is None:
+        baselines = sorted({b for r in results for b in r.speedups})
+    rows = []
+    for r in sorted(results, key=lambda r: (r.backend, r.problem, r.sample)):
+        rows.append(
+            {
+                "problem": r.problem,
+                "backend": r.backend,
+                "sample": r.sample,
+                "status": sample_status(r),
+                "detail": "" if r.correct else _short(r.detail),
+                "runtime_us": r.runtime.median * 1e6 if r.runtime is not None else None,
+                "speedups": {b: r.speedups.get(b) for b in baselines},
+            }
+        )
+    return rows

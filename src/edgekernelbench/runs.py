@@ -1,0 +1,168 @@
+"""Run directories: discover candidate files, evaluate what is not done yet, keep results in the store.
+
+Layout of a run directory:
+    RUN_DIR/candidates/<problem id>/sample<k>.py     TVMScript IRModule (one-shot output)
+    RUN_DIR/candidates/<problem id>/sample<k>.json   KernelSpec (decisions, optional module)
+    RUN_DIR/results.db                               the run store (SQLite)
+e.g. RUN_DIR/candidates/L1/dwconv3x3_kws/sample0.py
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from . import metrics
+from .errors import MalformedCandidate, RunDirError
+from .harness.isolation import Limits, run_in_worker
+from .harness.job import DEFAULT_BASELINES, Job
+from .harness.result import Result
+from .harness.timing import TimingConfig
+from .ir.spec import load_candidate
+from .problems import get_problem
+from .store import RunStore
+
+log = logging.getLogger(__name__)
+SAMPLE_RE = re.compile(r"^sample(\d+)\.(py|json|tvmscript)$")
+
+
+@dataclass(frozen=True)
+class CandidateRef:
+    problem: str
+    sample: int
+    path: Path
+
+
+def candidate_path(run_dir: Path, problem: str, sample: int, suffix: str) -> Path:
+    return Path(run_dir) / "candidates" / problem / f"sample{sample}{suffix}"
+
+
+def discover(run_dir: Path) -> list[CandidateRef]:
+    """Every candidate file under RUN_DIR/candidates; unknown problems and stray files are errors."""
+    root = Path(run_dir) / "candidates"
+    if not root.is_dir():
+        raise RunDirError(f"{run_dir}: no candidates/ directory (expected candidates/<problem id>/sample<k>.py|.json)")
+    refs: list[CandidateRef] = []
+    seen: dict[tuple[str, int], Path] = {}
+    for path in sorted(root.rglob("*")):
+        if path.is_dir() or path.name.startswith("."):
+            continue
+        m = SAMPLE_RE.match(path.name)
+        problem = path.parent.relative_to(root).as_posix()
+        if not m:
+            raise RunDirError(f"{path}: candidate files are named sample<k>.py or sample<k>.json")
+        get_problem(problem)  # UnknownProblem for a directory that names no problem
+        key = (problem, int(m.group(1)))
+        if key in seen:
+            raise RunDirError(f"{path}: sample {key[1]} of {problem} also given by {seen[key].name}")
+        seen[key] = path
+        refs.append(CandidateRef(problem, key[1], path))
+    if not refs:
+        raise RunDirError(f"{run_dir}: candidates/ holds no candidate files")
+    return refs
+
+
+@dataclass
+class EvalConfig:
+    backends: list[str] = field(default_factory=lambda: ["host-cpu"])
+    threads: int = 1
+    trials: int = 5
+    seed: int = 0
+    timing: TimingConfig = field(default_factory=TimingConfig)
+    baselines: tuple[str, ...] = DEFAULT_BASELINES
+    measure: bool = True
+    limits: Limits = field(default_factory=Limits)
+    retry_infra: bool = True  # re-run records whose failure was the harness's, not the candidate's
+
+
+def pending(store: RunStore, refs: list[CandidateRef], backend: str, retry_infra: bool) -> list[CandidateRef]:
+    statuses = store.statuses(backend)
+    out = []
+    for r in refs:
+        status = statuses.get((r.problem, r.sample, backend))
+        if status is None or (retry_infra and status == "infra"):
+            out.append(r)
+    return out
+
+
+def evaluate_ref(ref: CandidateRef, backend: str, cfg: EvalConfig) -> Result:
+    try:
+        spec = load_candidate(ref.path, ref.problem)
+    except MalformedCandidate as e:  # the candidate's own fault: recorded, the run goes on
+        return Result(ref.problem, ref.sample, backend, candidate=str(ref.path)).failure("parse_error", str(e))
+    job = Job(problem=ref.problem, sample=ref.sample, backend=backend, spec=spec.to_dict(),
+              candidate=str(ref.path), threads=cfg.threads, trials=cfg.trials, seed=cfg.seed,
+              timing=asdict(cfg.timing), baselines=list(cfg.baselines), measure=cfg.measure)
+    return run_in_worker(job, cfg.limits)
+
+
+def eval_run(
+    run_dir: Path,
+    cfg: EvalConfig,
+    problems: list[str] | None = None,
+    on_start: Callable[[str, int], None] | None = None,
+    on_result: Callable[[Result], None] | None = None,
+) -> dict[str, int]:
+    """Evaluates every pending (problem, sample, backend); returns counts of what was done."""
+    refs = discover(run_dir)
+    if problems:
+        wanted = {get_problem(p).id for p in problems}
+        refs = [r for r in refs if r.problem in wanted]
+    counts = {"evaluated": 0, "skipped": 0, "correct": 0}
+    with RunStore(run_dir) as store:
+        store.set_meta("eval_config", {"backends": cfg.backends, "threads": cfg.threads, "trials": cfg.trials,
+                                       "timing": asdict(cfg.timing), "baselines": list(cfg.baselines)})
+        for backend in cfg.backends:
+            todo = pending(store, refs, backend, cfg.retry_infra)
+            counts["skipped"] += len(refs) - len(todo)
+            if on_start:
+                on_start(backend, len(todo))
+            peak = backend_peak(store, backend, cfg.threads) if cfg.measure and todo else None
+            for ref in todo:
+                res = evaluate_ref(ref, backend, cfg)
+                if peak and res.correct and res.runtime:
+                    res.extra["roofline"] = metrics.roofline(
+                        res.flops, res.bytes, res.runtime.median, peak["flops"], peak["bandwidth"]).to_dict()
+                store.put(res)
+                counts["evaluated"] += 1
+                counts["correct"] += int(res.correct)
+                if on_result:
+                    on_result(res)
+    return counts
+
+
+def backend_peak(store: RunStore, backend: str, threads: int) -> dict | None:
+    """The backend's measured peaks, cached in the run store (measured once per run directory)."""
+    key = f"peak:{backend}:{threads}"
+    cached = store.get_meta(key)
+    if cached:
+        return cached
+    peak = measure_peak_isolated(backend, threads)
+    if peak:
+        store.set_meta(key, peak)
+    return peak
+
+
+def measure_peak_isolated(backend: str, threads: int) -> dict | None:
+    from .backends.registry import get_backend
+
+    b = get_backend(backend, threads)
+    if not b.profile.can_time or b.profile.run != "local":
+        return None
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "PYTHONPATH")}
+    env.update(TVM_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
+    cmd = [sys.executable, "-m", "edgekernelbench.backends.peak", "--target", json.dumps(b.profile.target),
+           "--threads", str(threads)]
+    try:
+        out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, check=True).stdout
+        return json.loads(out.strip().splitlines()[-1])
+    except (subprocess.SubprocessError, json.JSONDecodeError, IndexError) as e:
+        log.warning("peak measurement failed on %s: %s", backend, e)
+        return None

@@ -1,0 +1,136 @@
+"""The harness judges candidates: a correct one passes; each kind of bad one fails with the right reason."""
+
+import pytest
+
+from edgekernelbench.harness.api import evaluate
+from edgekernelbench.harness.isolation import Limits
+from edgekernelbench.harness.timing import TimingConfig
+from edgekernelbench.ir.spec import KernelSpec
+
+PROBLEM = "L1/tiny_scale_add"
+SIG = ('x: T.Buffer((4, 8), "float32"), w1: T.Buffer((8,), "float32"), b3: T.Buffer((8,), "float32"), '
+       'out: T.Buffer((4, 8), "float32")')
+
+
+def prim(body: str, sig: str = SIG, name: str = "fused_multiply_add") -> str:
+    """A candidate module with one PrimFunc that replaces the reference's kernel."""
+    lines = "\n".join("        " + ln for ln in body.strip().splitlines())
+    return f"@I.ir_module\nclass Module:\n    @T.prim_func(private=True)\n    def {name}({sig}):\n{lines}\n"
+
+
+CORRECT = prim("""
+for i, j in T.grid(4, 8):
+    out[i, j] = x[i, j] * w1[j] + b3[j]
+""")
+
+
+def judge(text: str, **kw):
+    kw.setdefault("trials", 5)
+    kw.setdefault("measure", False)
+    kw.setdefault("limits", Limits(timeout_s=60, memory_mb=4096))
+    return evaluate(PROBLEM, KernelSpec(problem=PROBLEM, module=text), **kw)
+
+
+def test_correct_candidate_passes_and_is_timed():
+    r = judge(CORRECT, measure=True, timing=TimingConfig.quick())
+    assert r.compiled and r.correct, r.detail
+    assert r.correctness.trials == 5 and max(r.correctness.max_abs_err) < 1e-5
+    assert r.timing_status == "measured" and r.runtime.median > 0
+    assert set(r.baselines) == {"tvm-default", "onnxruntime"}
+    assert set(r.speedups) == {"tvm-default", "onnxruntime"}
+    assert r.speedups["onnxruntime"] == pytest.approx(r.baselines["onnxruntime"].median / r.runtime.median)
+
+
+@pytest.mark.parametrize("name, body, reason", [
+    ("writes nothing", "T.evaluate(0)", "nan_output"),
+    ("writes part of the output", "for i, j in T.grid(2, 8):\n    out[i, j] = x[i, j] * w1[j] + b3[j]",
+     "nan_output"),
+    ("returns a constant", "for i, j in T.grid(4, 8):\n    out[i, j] = T.float32(1.0)", "wrong_output"),
+    ("mutates an input", "for i, j in T.grid(4, 8):\n    out[i, j] = x[i, j] * w1[j] + b3[j]\n    x[i, j] = T.float32(0)",
+     "input_mutated"),
+    ("reads the output it should write", "for i, j in T.grid(4, 8):\n    out[i, j] = out[i, j] + x[i, j] * w1[j] + b3[j]",
+     "nan_output"),
+    ("off by a tolerance", "for i, j in T.grid(4, 8):\n    out[i, j] = x[i, j] * w1[j] + b3[j] + T.float32(0.01)",
+     "wrong_output"),
+])
+def test_bad_kernel_fails_with_reason(name, body, reason):
+    r = judge(prim(body))
+    assert r.compiled, r.detail
+    assert not r.correct and r.reason == reason, (name, r.reason, r.detail)
+
+
+def test_wrong_signature_is_a_failure_not_a_crash():
+    sig = SIG.replace('out: T.Buffer((4, 8), "float32")', 'out: T.Buffer((4, 9), "float32")')
+    r = judge(prim("for i, j in T.grid(4, 8):\n    out[i, j] = x[i, j]", sig=sig))
+    assert r.reason == "signature" and "parameter 3" in r.detail
+
+
+def test_unknown_primfunc_name_is_reported():
+    r = judge(CORRECT.replace("fused_multiply_add", "my_kernel"))
+    assert r.reason == "parse_error" and "fused_multiply_add" in r.detail
+
+
+def test_full_module_with_wrong_input_shape():
+    text = """@I.ir_module
+class Module:
+    @R.function
+    def main(x: R.Tensor((4, 9), dtype="float32"), w: R.Tensor((8,), dtype="float32"), b: R.Tensor((8,), dtype="float32")):
+        return x
+"""
+    r = judge(text)
+    assert r.reason == "signature" and "input 'x'" in r.detail
+
+
+def test_full_module_with_high_level_ops_is_accepted():
+    text = """@I.ir_module
+class Module:
+    @R.function
+    def main(x: R.Tensor((4, 8), dtype="float32"), w: R.Tensor((8,), dtype="float32"), b: R.Tensor((8,), dtype="float32")):
+        with R.dataflow():
+            y = R.add(R.multiply(x, w), b)
+            R.output(y)
+        return y
+"""
+    r = judge(text, trials=2)
+    assert r.correct, r.detail
+
+
+def test_malformed_tvmscript_is_a_parse_error():
+    r = judge("@I.ir_module\nclass Module:\n    def broken(:\n")
+    assert r.reason == "parse_error" and not r.compiled
+
+
+def test_compile_error_keeps_the_compiler_text():
+    r = judge(prim("for i, j in T.grid(4, 8):\n    out[i, j] = x[i, j, 0]"))
+    assert r.reason in ("parse_error", "compile_error") and r.detail
+
+
+def test_crash_is_recorded():
+    r = judge(prim("for i, j in T.grid(4, 8):\n    out[i * 1000000 + 200000000, j] = x[i, j]"))
+    assert r.reason == "crash" and not r.correct, (r.reason, r.detail)
+
+
+def test_hang_is_killed_at_the_timeout():
+    body = "for k in range(100000000000):\n    out[k % 4, k % 8] = out[k % 4, k % 8] * T.float32(1.0001) + x[0, 0]"
+    r = judge(prim(body), trials=1, limits=Limits(timeout_s=15, memory_mb=4096))
+    assert r.reason == "timeout"
+
+
+def test_unbounded_allocation_is_a_memory_failure():
+    body = """buf = T.alloc_buffer((8000000000,), "float32")
+for k in range(8000000000):
+    buf[k] = x[0, 0]
+for i, j in T.grid(4, 8):
+    out[i, j] = buf[i * 8 + j]"""
+    r = judge(prim(body), trials=1, limits=Limits(timeout_s=60, memory_mb=3072))
+    assert r.reason == "memory", (r.reason, r.detail)
+
+
+def test_worker_gets_no_secrets(monkeypatch):
+    from edgekernelbench.harness.isolation import worker_env
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-secret")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "secret2")
+    env = worker_env(1, "/tmp")
+    assert "sk-test-secret" not in env.values() and "OPENAI_API_KEY" not in env and "ANTHROPIC_API_KEY" not in env
+    assert env["TVM_NUM_THREADS"] == "1"
