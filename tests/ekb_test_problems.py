@@ -9,5 +9,14 @@ def _scale_add(g):
     g.output(g.node("Add", [y, g.bias(8, scale=0.5)]))
 
 
-register(Problem(id="L1/tiny_scale_add", level=1, domain="sensors", category="elementwise",
-                 source="test fixture: y = x * w + b on 4x8", graph=_scale_add, tags=("test",)))
+register(
+    Problem(
+        id="L1/tiny_scale_add",
+        level=1,
+        domain="sensors",
+        category="elementwise",
+        source="test fixture: y = x * w + b on 4x8",
+        graph=_scale_add,
+        tags=("test",),
+    )
+)

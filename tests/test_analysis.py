@@ -34,7 +34,9 @@ def test_depthwise_conv_strided_no_bias():
     # x 1x8x10x10, W 8x1x3x3, group 8, stride 2, pad 1 -> y 1x8x5x5 (200 outputs), 9 MACs each
     def build(g):
         x = g.input("x", (1, 8, 10, 10))
-        y = g.node("Conv", [x, g.weight((8, 1, 3, 3))], group=8, kernel_shape=[3, 3], pads=[1] * 4, strides=[2, 2])
+        y = g.node(
+            "Conv", [x, g.weight((8, 1, 3, 3))], group=8, kernel_shape=[3, 3], pads=[1] * 4, strides=[2, 2]
+        )
         g.output(y)
 
     cost = graph_cost(_model(build))

@@ -8,8 +8,10 @@ from edgekernelbench.harness.timing import TimingConfig
 from edgekernelbench.ir.spec import KernelSpec
 
 PROBLEM = "L1/tiny_scale_add"
-SIG = ('x: T.Buffer((4, 8), "float32"), w1: T.Buffer((8,), "float32"), b3: T.Buffer((8,), "float32"), '
-       'out: T.Buffer((4, 8), "float32")')
+SIG = (
+    'x: T.Buffer((4, 8), "float32"), w1: T.Buffer((8,), "float32"), b3: T.Buffer((8,), "float32"), '
+    'out: T.Buffer((4, 8), "float32")'
+)
 
 
 def prim(body: str, sig: str = SIG, name: str = "fused_multiply_add") -> str:
@@ -41,18 +43,33 @@ def test_correct_candidate_passes_and_is_timed():
     assert r.speedups["onnxruntime"] == pytest.approx(r.baselines["onnxruntime"].median / r.runtime.median)
 
 
-@pytest.mark.parametrize("name, body, reason", [
-    ("writes nothing", "T.evaluate(0)", "nan_output"),
-    ("writes part of the output", "for i, j in T.grid(2, 8):\n    out[i, j] = x[i, j] * w1[j] + b3[j]",
-     "nan_output"),
-    ("returns a constant", "for i, j in T.grid(4, 8):\n    out[i, j] = T.float32(1.0)", "wrong_output"),
-    ("mutates an input", "for i, j in T.grid(4, 8):\n    out[i, j] = x[i, j] * w1[j] + b3[j]\n    x[i, j] = T.float32(0)",
-     "input_mutated"),
-    ("reads the output it should write", "for i, j in T.grid(4, 8):\n    out[i, j] = out[i, j] + x[i, j] * w1[j] + b3[j]",
-     "nan_output"),
-    ("off by a tolerance", "for i, j in T.grid(4, 8):\n    out[i, j] = x[i, j] * w1[j] + b3[j] + T.float32(0.01)",
-     "wrong_output"),
-])
+@pytest.mark.parametrize(
+    "name, body, reason",
+    [
+        ("writes nothing", "T.evaluate(0)", "nan_output"),
+        (
+            "writes part of the output",
+            "for i, j in T.grid(2, 8):\n    out[i, j] = x[i, j] * w1[j] + b3[j]",
+            "nan_output",
+        ),
+        ("returns a constant", "for i, j in T.grid(4, 8):\n    out[i, j] = T.float32(1.0)", "wrong_output"),
+        (
+            "mutates an input",
+            "for i, j in T.grid(4, 8):\n    out[i, j] = x[i, j] * w1[j] + b3[j]\n    x[i, j] = T.float32(0)",
+            "input_mutated",
+        ),
+        (
+            "reads the output it should write",
+            "for i, j in T.grid(4, 8):\n    out[i, j] = out[i, j] + x[i, j] * w1[j] + b3[j]",
+            "nan_output",
+        ),
+        (
+            "off by a tolerance",
+            "for i, j in T.grid(4, 8):\n    out[i, j] = x[i, j] * w1[j] + b3[j] + T.float32(0.01)",
+            "wrong_output",
+        ),
+    ],
+)
 def test_bad_kernel_fails_with_reason(name, body, reason):
     r = judge(prim(body))
     assert r.compiled, r.detail
@@ -132,5 +149,9 @@ def test_worker_gets_no_secrets(monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-secret")
     monkeypatch.setenv("ANTHROPIC_API_KEY", "secret2")
     env = worker_env(1, "/tmp")
-    assert "sk-test-secret" not in env.values() and "OPENAI_API_KEY" not in env and "ANTHROPIC_API_KEY" not in env
+    assert (
+        "sk-test-secret" not in env.values()
+        and "OPENAI_API_KEY" not in env
+        and "ANTHROPIC_API_KEY" not in env
+    )
     assert env["TVM_NUM_THREADS"] == "1"

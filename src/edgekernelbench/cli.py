@@ -21,8 +21,15 @@ err_console = Console(stderr=True)
 
 
 def _progress() -> Progress:
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    TextColumn("{task.fields[status]}"), console=err_console, transient=False)
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[status]}"),
+        console=err_console,
+        transient=False,
+    )
 
 
 def _backends(value: str) -> list[str]:
@@ -54,7 +61,9 @@ def cli(ctx, verbose):
 
     Without a command, runs the built-in demo: reference and rule-based candidates for the Level-1
     suite, evaluated on this machine's CPU (see `ekb demo --help`)."""
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(message)s"
+    )
     if ctx.invoked_subcommand is None:
         ctx.invoke(demo)
 
@@ -72,8 +81,22 @@ def list_cmd(level, domain, category, tag, as_json):
 
     probs = select(level=level, domain=domain, tag=tag, category=category)
     if as_json:
-        click.echo(json.dumps([{"id": p.id, "level": p.level, "domain": p.domain, "category": p.category,
-                                "source": p.source, "tags": list(p.tags)} for p in probs], indent=1))
+        click.echo(
+            json.dumps(
+                [
+                    {
+                        "id": p.id,
+                        "level": p.level,
+                        "domain": p.domain,
+                        "category": p.category,
+                        "source": p.source,
+                        "tags": list(p.tags),
+                    }
+                    for p in probs
+                ],
+                indent=1,
+            )
+        )
         return
     t = Table(title=f"{len(probs)} problems")
     for c in ("id", "category", "domain", "source", "tags"):
@@ -85,8 +108,13 @@ def list_cmd(level, domain, category, tag, as_json):
 
 @cli.command()
 @click.argument("problem")
-@click.option("--baselines-dir", type=click.Path(path_type=Path), default=Path("runs/baselines"),
-              show_default=True, help="Run directory where `ekb baseline` stored its measurements.")
+@click.option(
+    "--baselines-dir",
+    type=click.Path(path_type=Path),
+    default=Path("runs/baselines"),
+    show_default=True,
+    help="Run directory where `ekb baseline` stored its measurements.",
+)
 @click.option("--no-script", is_flag=True, help="Do not print the reference TVMScript.")
 def show(problem, baselines_dir, no_script):
     """Show a problem: source, shapes, FLOPs, kernels, reference TVMScript, baselines if measured."""
@@ -103,8 +131,13 @@ def show(problem, baselines_dir, no_script):
         dims = [d.dim_value for d in o.type.tensor_type.shape.dim]
         console.print(Text(f"output {o.name}: {list(dims)}"))
     console.print(Text(f"weights: {len(ref.params)} tensors, {sum(w.size for w in ref.params):,} values"))
-    console.print(Text(f"FLOPs: {p.flops:,}   bytes moved: {p.bytes_moved:,}   "
-                       f"intensity: {p.flops / max(p.bytes_moved, 1):.2f} FLOP/B   tolerance: atol={p.atol} rtol={p.rtol}"))
+    console.print(
+        Text(
+            f"FLOPs: {p.flops:,}   bytes moved: {p.bytes_moved:,}   "
+            f"intensity: {p.flops / max(p.bytes_moved, 1):.2f} FLOP/B   "
+            f"tolerance: atol={p.atol} rtol={p.rtol}"
+        )
+    )
     console.print(Text(f"kernels main calls: {', '.join(ref.kernel_calls())}"))
     if baselines_dir.joinpath("results.db").exists():
         from .store import RunStore
@@ -113,10 +146,16 @@ def show(problem, baselines_dir, no_script):
             rows = {k: v for k, v in store.baselines().items() if k[0] == p.id}
         for (_, backend, name), rec in sorted(rows.items()):
             t = rec["timing"]
-            console.print(Text(f"baseline {name} on {backend}: median {t['median'] * 1e6:.1f} us "
-                               f"(IQR {t['iqr'] * 1e6:.1f} us, {t['count']} rounds)"))
+            console.print(
+                Text(
+                    f"baseline {name} on {backend}: median {t['median'] * 1e6:.1f} us "
+                    f"(IQR {t['iqr'] * 1e6:.1f} us, {t['count']} rounds)"
+                )
+            )
     else:
-        console.print(Text(f"baselines: not measured yet (ekb baseline --backend host-cpu --out {baselines_dir})"))
+        console.print(
+            Text(f"baselines: not measured yet (ekb baseline --backend host-cpu --out {baselines_dir})")
+        )
     if not no_script:
         console.print(Text("reference TVMScript:", style="bold"))
         click.echo(ref.script())
@@ -124,8 +163,12 @@ def show(problem, baselines_dir, no_script):
 
 # ------------------------------------------------------------------------------------------ generate
 @cli.command()
-@click.option("--model", default="builtin", show_default=True,
-              help="builtin = the unscheduled reference (sample 0) and the rule-based schedule (sample 1).")
+@click.option(
+    "--model",
+    default="builtin",
+    show_default=True,
+    help="builtin = the unscheduled reference (sample 0) and the rule-based schedule (sample 1).",
+)
 @click.option("--out", "run_dir", type=click.Path(path_type=Path), required=True, help="Run directory.")
 @click.option("--level", type=int, default=1, show_default=True)
 @click.option("--problem", "problems", multiple=True, help="Only these problems (repeatable).")
@@ -149,16 +192,19 @@ def generate(model, run_dir, level, problems):
 
 # ------------------------------------------------------------------------------------------ eval
 def _eval_options(f):
-    f = click.option("--backend", "backend", default="host-cpu", show_default=True,
-                     help="Backend(s), comma-separated.")(f)
+    f = click.option(
+        "--backend", "backend", default="host-cpu", show_default=True, help="Backend(s), comma-separated."
+    )(f)
     f = click.option("--threads", type=int, default=1, show_default=True, help="Threads for TVM and ORT.")(f)
     f = click.option("--trials", type=int, default=5, show_default=True, help="Correctness trials.")(f)
     f = click.option("--quick", is_flag=True, help="Short timing protocol (3 rounds of >= 1 ms).")(f)
     f = click.option("--no-measure", is_flag=True, help="Check correctness only; no timing.")(f)
-    f = click.option("--timeout", type=float, default=300.0, show_default=True,
-                     help="Wall-clock limit per candidate (s).")(f)
-    f = click.option("--memory-mb", type=int, default=6144, show_default=True,
-                     help="Address-space limit per worker (MiB).")(f)
+    f = click.option(
+        "--timeout", type=float, default=300.0, show_default=True, help="Wall-clock limit per candidate (s)."
+    )(f)
+    f = click.option(
+        "--memory-mb", type=int, default=6144, show_default=True, help="Address-space limit per worker (MiB)."
+    )(f)
     return f
 
 
@@ -168,8 +214,14 @@ def _eval_config(backend, threads, trials, quick, no_measure, timeout, memory_mb
 
     if trials < 1:
         raise EKBError("--trials must be at least 1")
-    return EvalConfig(backends=_backends(backend), threads=threads, trials=trials, timing=_timing(quick),
-                      measure=not no_measure, limits=Limits(timeout_s=timeout, memory_mb=memory_mb))
+    return EvalConfig(
+        backends=_backends(backend),
+        threads=threads,
+        trials=trials,
+        timing=_timing(quick),
+        measure=not no_measure,
+        limits=Limits(timeout_s=timeout, memory_mb=memory_mb),
+    )
 
 
 def _run_eval(run_dir: Path, cfg, problems=None) -> dict:
@@ -186,8 +238,10 @@ def _run_eval(run_dir: Path, cfg, problems=None) -> dict:
             prog.update(state["task"], advance=1, status=f"{res.problem}#{res.sample}: {mark}")
 
         counts = eval_run(run_dir, cfg, problems, on_start, on_result)
-    console.print(f"evaluated {counts['evaluated']} ({counts['correct']} correct), "
-                  f"skipped {counts['skipped']} already in {run_dir / 'results.db'}")
+    console.print(
+        f"evaluated {counts['evaluated']} ({counts['correct']} correct), "
+        f"skipped {counts['skipped']} already in {run_dir / 'results.db'}"
+    )
     return counts
 
 
@@ -218,8 +272,16 @@ def check(problem, candidate, **opts):
         raise EKBError(f"{candidate}: no such file")
     cfg = _eval_config(**opts)
     with console.status(f"evaluating {candidate} on {cfg.backends[0]}"):
-        res = evaluate(p, candidate, cfg.backends[0], threads=cfg.threads, trials=cfg.trials,
-                       timing=cfg.timing, measure=cfg.measure, limits=cfg.limits)
+        res = evaluate(
+            p,
+            candidate,
+            cfg.backends[0],
+            threads=cfg.threads,
+            trials=cfg.trials,
+            timing=cfg.timing,
+            measure=cfg.measure,
+            limits=cfg.limits,
+        )
     click.echo(json.dumps(res.to_dict(), indent=1))
     status = "correct" if res.correct else f"{res.reason}: {res.detail.splitlines()[0] if res.detail else ''}"
     console.print(Text(f"{p.id} on {res.backend}: {status}", style="green" if res.correct else "red"))
@@ -231,8 +293,9 @@ def check(problem, candidate, **opts):
 @click.option("--backend", default="host-cpu", show_default=True)
 @click.option("--level", type=int, help="Only this level.")
 @click.option("--problem", "problems", multiple=True, help="Only these problems (repeatable).")
-@click.option("--out", "run_dir", type=click.Path(path_type=Path), default=Path("runs/baselines"),
-              show_default=True)
+@click.option(
+    "--out", "run_dir", type=click.Path(path_type=Path), default=Path("runs/baselines"), show_default=True
+)
 @click.option("--threads", type=int, default=1, show_default=True)
 @click.option("--quick", is_flag=True, help="Short timing protocol.")
 @click.option("--force", is_flag=True, help="Measure again problems already measured.")
@@ -245,14 +308,26 @@ def baseline(backend, level, problems, run_dir, threads, quick, force):
     probs = select(level=level, ids=list(problems) or None)
     with _progress() as prog:
         task = prog.add_task(f"baselines {backend}", total=len(probs), status="")
-        measured = measure_baselines(probs, backend, run_dir, threads=threads, timing=_timing(quick), force=force,
-                                     on_result=lambda pid, ok: prog.update(task, advance=1, status=pid))
+        measured = measure_baselines(
+            probs,
+            backend,
+            run_dir,
+            threads=threads,
+            timing=_timing(quick),
+            force=force,
+            on_result=lambda pid, ok: prog.update(task, advance=1, status=pid),
+        )
     t = Table(title=f"baselines on {backend} ({threads} thread(s)), median us")
     for c in ("problem", "reference", "tvm-default", "onnxruntime"):
         t.add_column(c, justify="left" if c == "problem" else "right")
     for pid, times in measured.items():
-        t.add_row(Text(pid), *[f"{times[n] * 1e6:.1f}" if times.get(n) else "-"
-                               for n in ("reference", "tvm-default", "onnxruntime")])
+        t.add_row(
+            Text(pid),
+            *[
+                f"{times[n] * 1e6:.1f}" if times.get(n) else "-"
+                for n in ("reference", "tvm-default", "onnxruntime")
+            ],
+        )
     console.print(t)
     console.print(f"stored in {run_dir / 'results.db'}")
 
@@ -299,7 +374,9 @@ def report(run_dir, p, per_problem, json_path, csv_path):
 
 # ------------------------------------------------------------------------------------------ demo
 @cli.command()
-@click.option("--out", "run_dir", type=click.Path(path_type=Path), default=Path("runs/demo"), show_default=True)
+@click.option(
+    "--out", "run_dir", type=click.Path(path_type=Path), default=Path("runs/demo"), show_default=True
+)
 @click.option("--level", type=int, default=1, show_default=True)
 @click.option("--problem", "problems", multiple=True, help="Only these problems (repeatable).")
 @click.option("--quick", is_flag=True, help="Short timing protocol.")
@@ -311,8 +388,10 @@ def demo(run_dir=Path("runs/demo"), level=1, problems=(), quick=False):
     from .runs import EvalConfig
 
     probs = select(level=level, ids=list(problems) or None)
-    console.print(f"EdgeKernelBench demo: {len(probs)} level-{level} problems, reference + rule-based "
-                  f"candidates, host CPU, 1 thread -> {run_dir}")
+    console.print(
+        f"EdgeKernelBench demo: {len(probs)} level-{level} problems, reference + rule-based "
+        f"candidates, host CPU, 1 thread -> {run_dir}"
+    )
     write_reference_candidates(probs, run_dir)
     _run_eval(run_dir, EvalConfig(timing=_timing(quick)), [p.id for p in probs])
     _print_report(run_dir, per_problem=True)
@@ -328,20 +407,20 @@ def main(argv: list[str] | None = None) -> int:
         e.show()
         return e.exit_code
     except click.exceptions.Abort:
-        err_console.print("ekb: aborted")
+        click.echo("ekb: aborted", err=True)
         return 130
     except EKBError as e:
-        err_console.print(Text(f"ekb: error: {e}"), highlight=False)
+        click.echo(f"ekb: error: {e}", err=True)
         return 2
     except KeyboardInterrupt:
-        err_console.print("ekb: interrupted; finished results are kept in the run store")
+        click.echo("ekb: interrupted; finished results are kept in the run store", err=True)
         return 130
     except SystemExit as e:
         return int(e.code or 0)
     except Exception as e:  # never a traceback for the user; EKB_DEBUG=1 shows it
         if os.environ.get("EKB_DEBUG"):
             raise
-        err_console.print(Text(f"ekb: internal error: {type(e).__name__}: {e} (EKB_DEBUG=1 for a traceback)"))
+        click.echo(f"ekb: internal error: {type(e).__name__}: {e} (EKB_DEBUG=1 for a traceback)", err=True)
         return 1
 
 

@@ -30,14 +30,15 @@ class Reference:
     def primfuncs(self) -> dict:
         import tvm
 
-        return {gv.name_hint: f for gv, f in self.module.functions.items() if isinstance(f, tvm.tirx.PrimFunc)}
+        return {
+            gv.name_hint: f for gv, f in self.module.functions.items() if isinstance(f, tvm.tirx.PrimFunc)
+        }
 
     def kernel_calls(self) -> list[str]:
         """PrimFunc names in the order main calls them."""
         from .harness.executor import graph_steps
 
         return [s.func for s in graph_steps(self.module["main"]) if s.kind == "call_tir"]
-
 
 
 def generic_target():

@@ -48,7 +48,9 @@ def discover(run_dir: Path) -> list[CandidateRef]:
     """Every candidate file under RUN_DIR/candidates; unknown problems and stray files are errors."""
     root = Path(run_dir) / "candidates"
     if not root.is_dir():
-        raise RunDirError(f"{run_dir}: no candidates/ directory (expected candidates/<problem id>/sample<k>.py|.json)")
+        raise RunDirError(
+            f"{run_dir}: no candidates/ directory (expected candidates/<problem id>/sample<k>.py|.json)"
+        )
     refs: list[CandidateRef] = []
     seen: dict[tuple[str, int], Path] = {}
     for path in sorted(root.rglob("*")):
@@ -96,10 +98,22 @@ def evaluate_ref(ref: CandidateRef, backend: str, cfg: EvalConfig) -> Result:
     try:
         spec = load_candidate(ref.path, ref.problem)
     except MalformedCandidate as e:  # the candidate's own fault: recorded, the run goes on
-        return Result(ref.problem, ref.sample, backend, candidate=str(ref.path)).failure("parse_error", str(e))
-    job = Job(problem=ref.problem, sample=ref.sample, backend=backend, spec=spec.to_dict(),
-              candidate=str(ref.path), threads=cfg.threads, trials=cfg.trials, seed=cfg.seed,
-              timing=asdict(cfg.timing), baselines=list(cfg.baselines), measure=cfg.measure)
+        return Result(ref.problem, ref.sample, backend, candidate=str(ref.path)).failure(
+            "parse_error", str(e)
+        )
+    job = Job(
+        problem=ref.problem,
+        sample=ref.sample,
+        backend=backend,
+        spec=spec.to_dict(),
+        candidate=str(ref.path),
+        threads=cfg.threads,
+        trials=cfg.trials,
+        seed=cfg.seed,
+        timing=asdict(cfg.timing),
+        baselines=list(cfg.baselines),
+        measure=cfg.measure,
+    )
     return run_in_worker(job, cfg.limits)
 
 
@@ -117,8 +131,16 @@ def eval_run(
         refs = [r for r in refs if r.problem in wanted]
     counts = {"evaluated": 0, "skipped": 0, "correct": 0}
     with RunStore(run_dir) as store:
-        store.set_meta("eval_config", {"backends": cfg.backends, "threads": cfg.threads, "trials": cfg.trials,
-                                       "timing": asdict(cfg.timing), "baselines": list(cfg.baselines)})
+        store.set_meta(
+            "eval_config",
+            {
+                "backends": cfg.backends,
+                "threads": cfg.threads,
+                "trials": cfg.trials,
+                "timing": asdict(cfg.timing),
+                "baselines": list(cfg.baselines),
+            },
+        )
         for backend in cfg.backends:
             todo = pending(store, refs, backend, cfg.retry_infra)
             counts["skipped"] += len(refs) - len(todo)
@@ -129,7 +151,8 @@ def eval_run(
                 res = evaluate_ref(ref, backend, cfg)
                 if peak and res.correct and res.runtime:
                     res.extra["roofline"] = metrics.roofline(
-                        res.flops, res.bytes, res.runtime.median, peak["flops"], peak["bandwidth"]).to_dict()
+                        res.flops, res.bytes, res.runtime.median, peak["flops"], peak["bandwidth"]
+                    ).to_dict()
                 store.put(res)
                 counts["evaluated"] += 1
                 counts["correct"] += int(res.correct)
@@ -158,8 +181,15 @@ def measure_peak_isolated(backend: str, threads: int) -> dict | None:
         return None
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "PYTHONPATH")}
     env.update(TVM_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
-    cmd = [sys.executable, "-m", "edgekernelbench.backends.peak", "--target", json.dumps(b.profile.target),
-           "--threads", str(threads)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "edgekernelbench.backends.peak",
+        "--target",
+        json.dumps(b.profile.target),
+        "--threads",
+        str(threads),
+    ]
     try:
         out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, check=True).stdout
         return json.loads(out.strip().splitlines()[-1])

@@ -12,8 +12,13 @@ def primfunc_library(mod):
     """An IRModule of just the PrimFuncs, each exported under its own name."""
     import tvm
 
-    return tvm.IRModule({gv.name_hint: f.with_attr("global_symbol", gv.name_hint)
-                         for gv, f in mod.functions.items() if isinstance(f, tvm.tirx.PrimFunc)})
+    return tvm.IRModule(
+        {
+            gv.name_hint: f.with_attr("global_symbol", gv.name_hint)
+            for gv, f in mod.functions.items()
+            if isinstance(f, tvm.tirx.PrimFunc)
+        }
+    )
 
 
 class LocalBackend(Backend):

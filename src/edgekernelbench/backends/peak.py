@@ -70,18 +70,21 @@ def measure_peak(target_dict: dict, threads: int = 1, lanes: int = 16, mib: int 
     target = tvm.target.Target(target_dict)
     dev = tvm.cpu(0)
     chains, iters = 8, 100_000
-    fma = tvm.compile(tvm.IRModule({"main": _fma_kernel(chains, lanes, iters).with_attr("global_symbol", "main")}),
-                      target)
+    fma = tvm.compile(
+        tvm.IRModule({"main": _fma_kernel(chains, lanes, iters).with_attr("global_symbol", "main")}), target
+    )
     a = tvm.runtime.tensor(np.ones(chains * lanes, "float32"), dev)
     x = tvm.runtime.tensor(np.array([0.999, 0.001], "float32"), dev)
-    t = fma.time_evaluator("main", dev, number=3, repeat=7)(a, x).median
+    t = fma.mod.time_evaluator("main", dev, number=3, repeat=7)(a, x).median
     flops = 2 * chains * lanes * iters / t * threads  # one kernel per core: the scalar loop is not parallel
     n = mib * 2**20 // 4
     scale = tvm.compile(tvm.IRModule({"main": _scale_kernel(n, threads)}), target)
     src = tvm.runtime.tensor(np.ones(n, "float32"), dev)
     dst = tvm.runtime.empty((n,), "float32", dev)
-    t = scale.time_evaluator("main", dev, number=2, repeat=7)(src, dst).median
-    return Peak(flops=flops, bandwidth=8 * n / t, threads=threads, target=json.dumps(target_dict, sort_keys=True))
+    t = scale.mod.time_evaluator("main", dev, number=2, repeat=7)(src, dst).median
+    return Peak(
+        flops=flops, bandwidth=8 * n / t, threads=threads, target=json.dumps(target_dict, sort_keys=True)
+    )
 
 
 def main(argv: list[str]) -> int:

@@ -13,8 +13,15 @@ from ..reference import build_reference
 from ..store import RunStore
 
 
-def measure_baselines(problems, backend: str, run_dir: Path, threads: int = 1, timing: TimingConfig | None = None,
-                      force: bool = False, on_result: Callable[[str, bool], None] | None = None) -> dict:
+def measure_baselines(
+    problems,
+    backend: str,
+    run_dir: Path,
+    threads: int = 1,
+    timing: TimingConfig | None = None,
+    force: bool = False,
+    on_result: Callable[[str, bool], None] | None = None,
+) -> dict:
     """Returns {problem id: {"reference": s, "tvm-default": s, "onnxruntime": s}} (median seconds/call)."""
     out: dict[str, dict[str, float]] = {}
     with RunStore(run_dir) as store:

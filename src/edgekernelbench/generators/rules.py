@@ -137,14 +137,14 @@ def analyze_block(sch, brv, alloc_buffers: set) -> BlockFacts:
     bits = 32
     if len(block.writes) == 1:
         w = block.writes[0]
-        write = Access(w.buffer.name, _strides(w.region, w.buffer.shape, iter_vars, ana))
-        bits = w.buffer.dtype.bits
-    reads = [Access(r.buffer.name, _strides(r.region, r.buffer.shape, iter_vars, ana))
-             for r in block.reads if r.buffer.name != write.buffer]
+        write = Access(w.source.name, _strides(w.region, w.source.shape, iter_vars, ana))
+        bits = w.source.dtype.bits
+    reads = [Access(r.source.name, _strides(r.region, r.source.shape, iter_vars, ana))
+             for r in block.reads if r.source.name != write.buffer]
     loops = sch.get_loops(brv)
     match = len(loops) == len(iter_vars) and all(
         _as_int(sch.get(lp).extent) == e for lp, e in zip(loops, extents, strict=True))
-    is_output = any(w.buffer.name not in alloc_buffers for w in block.writes)
+    is_output = any(w.source.name not in alloc_buffers for w in block.writes)
     return BlockFacts(block.name_hint, kinds, extents, write, reads, bits, is_output, match)
 
 
@@ -577,16 +577,25 @@ class FuncSchedule:
     failures: list[str] = field(default_factory=list)
 
 
+def fresh_copy(func):
+    """A deep copy of a PrimFunc. A Schedule made on a module built from `func.with_attr(...)` (as
+    LayerRecorder and apply_trace do) edits the shared body in place, which would change the cached
+    reference; scheduling a copy keeps the reference intact."""
+    import tvm
+
+    return tvm.ir.load_json(tvm.ir.save_json(func))
+
+
 def schedule_func(func, name: str, lanes: int) -> FuncSchedule:
     from ..ir.replay import LayerRecorder, apply_trace, combine_layers
 
     try:
-        facts = analyze(func, name)
+        facts = analyze(fresh_copy(func), name)
     except Exception as e:  # noqa: BLE001
         return FuncSchedule(name, "opaque", "none", {}, failures=[f"analysis: {e}"])
     failures = []
     for sname, fn in strategies(facts, lanes):
-        rec = LayerRecorder(func)
+        rec = LayerRecorder(fresh_copy(func))
         try:
             info = fn(rec)
             traces = rec.traces()
@@ -594,7 +603,7 @@ def schedule_func(func, name: str, lanes: int) -> FuncSchedule:
                 raise Skip("no decisions")
             trace, where = combine_layers([(layer, traces[layer]) for layer in ("loop", "memory", "target")
                                            if layer in traces])
-            apply_trace(func, trace, name, where)  # the recorded decisions must replay
+            apply_trace(fresh_copy(func), trace, name, where)  # the recorded decisions must replay
         except Exception as e:  # noqa: BLE001
             failures.append(f"{sname}: {type(e).__name__}: {_short(e)}")
             continue

@@ -34,7 +34,17 @@ def evaluate(
         candidate = load_candidate(candidate, problem_id)
     elif isinstance(candidate, str):
         candidate = KernelSpec(problem=problem_id, module=candidate, method="tvmscript")
-    job = Job(problem=problem_id, sample=sample, backend=backend, spec=candidate.to_dict(), candidate=source,
-              threads=threads, trials=trials, seed=seed, timing=asdict(timing or TimingConfig()),
-              baselines=list(baselines), measure=measure)
+    job = Job(
+        problem=problem_id,
+        sample=sample,
+        backend=backend,
+        spec=candidate.to_dict(),
+        candidate=source,
+        threads=threads,
+        trials=trials,
+        seed=seed,
+        timing=asdict(timing or TimingConfig()),
+        baselines=list(baselines),
+        measure=measure,
+    )
     return run_in_worker(job, limits or Limits())

@@ -34,16 +34,19 @@ def check_signature(mod, problem, reference) -> None:
         raise SignatureMismatch("the module has no Relax function 'main'")
     params = list(mod["main"].params)
     if len(params) < len(reference.input_names):
-        raise SignatureMismatch(f"main takes {len(params)} parameters, the problem has "
-                             f"{len(reference.input_names)} inputs")
+        raise SignatureMismatch(
+            f"main takes {len(params)} parameters, the problem has {len(reference.input_names)} inputs"
+        )
     for spec, p in zip(problem.inputs, params, strict=False):
         try:
             got = _shape_dtype(p.ty)
         except Exception as e:
             raise SignatureMismatch(f"main parameter '{p.name}' has no static tensor type") from e
         if got != (tuple(spec.shape), spec.dtype):
-            raise SignatureMismatch(f"main parameter '{p.name}' is {got[1]}{list(got[0])}, input '{spec.name}' "
-                                 f"is {spec.dtype}{list(spec.shape)}")
+            raise SignatureMismatch(
+                f"main parameter '{p.name}' is {got[1]}{list(got[0])}, input '{spec.name}' "
+                f"is {spec.dtype}{list(spec.shape)}"
+            )
 
 
 def _compare(outs, expected, atol, rtol) -> tuple[str | None, str, list[float], list[float]]:
@@ -53,22 +56,37 @@ def _compare(outs, expected, atol, rtol) -> tuple[str | None, str, list[float], 
     abs_errs, rel_errs = [], []
     for i, (o, e) in enumerate(zip(outs, expected, strict=True)):
         if o.shape != e.shape or o.dtype != e.dtype:
-            return "signature", f"output {i} is {o.dtype}{list(o.shape)}, expected {e.dtype}{list(e.shape)}", [], []
+            return (
+                "signature",
+                f"output {i} is {o.dtype}{list(o.shape)}, expected {e.dtype}{list(e.shape)}",
+                [],
+                [],
+            )
         of, ef = o.astype(np.float64), e.astype(np.float64)
         if np.issubdtype(o.dtype, np.floating):
             nan = np.isnan(of) & ~np.isnan(ef)
             if nan.any():
-                return ("nan_output", f"output {i}: {int(nan.sum())} of {o.size} elements are NaN (never written, "
-                        f"or computed NaN), first at {np.argwhere(nan)[0].tolist()}", [], [])
+                return (
+                    "nan_output",
+                    f"output {i}: {int(nan.sum())} of {o.size} elements are NaN (never written, "
+                    f"or computed NaN), first at {np.argwhere(nan)[0].tolist()}",
+                    [],
+                    [],
+                )
         diff = np.abs(of - ef)
         abs_errs.append(float(diff.max()) if diff.size else 0.0)
         rel_errs.append(float((diff / np.maximum(np.abs(ef), 1e-12)).max()) if diff.size else 0.0)
         bad = ~(diff <= atol + rtol * np.abs(ef))
         if bad.any():
             idx = np.argwhere(bad)[0].tolist()
-            return ("wrong_output", f"output {i}: {int(bad.sum())} of {o.size} elements differ; max abs err "
-                    f"{abs_errs[-1]:.3g}; first at {idx}: got {of[tuple(idx)]:.6g}, expected {ef[tuple(idx)]:.6g}",
-                    abs_errs, rel_errs)
+            return (
+                "wrong_output",
+                f"output {i}: {int(bad.sum())} of {o.size} elements differ; max abs err "
+                f"{abs_errs[-1]:.3g}; first at {idx}: "
+                f"got {of[tuple(idx)]:.6g}, expected {ef[tuple(idx)]:.6g}",
+                abs_errs,
+                rel_errs,
+            )
     return None, "", abs_errs, rel_errs
 
 
@@ -163,8 +181,14 @@ def run_job(job: Job) -> Result:
     t_start = time.perf_counter()
     problem = get_problem(job.problem)
     backend = get_backend(job.backend, job.threads)
-    res = Result(problem=job.problem, sample=job.sample, backend=job.backend, candidate=job.candidate,
-                 flops=problem.flops, bytes=problem.bytes_moved)
+    res = Result(
+        problem=job.problem,
+        sample=job.sample,
+        backend=job.backend,
+        candidate=job.candidate,
+        flops=problem.flops,
+        bytes=problem.bytes_moved,
+    )
     spec = KernelSpec.from_dict(job.spec, job.candidate or "candidate")
     res.spec_hash, res.method = spec.hash(), spec.method
     reference = build_reference(problem)
@@ -223,7 +247,9 @@ def run_job(job: Job) -> Result:
         timings = time_interleaved(contenders, TimingConfig(**job.timing))
         res.runtime = timings.pop("candidate")
         res.baselines = timings
-        res.speedups = {n: t.median / res.runtime.median for n, t in timings.items() if res.runtime.median > 0}
+        res.speedups = {
+            n: t.median / res.runtime.median for n, t in timings.items() if res.runtime.median > 0
+        }
         res.timing_status = "measured"
     return _done(res, t_start)
 

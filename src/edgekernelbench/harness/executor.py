@@ -61,8 +61,15 @@ def graph_steps(func) -> list[Step]:
                     raise GraphError(f"call_tir with symbolic tir_vars is not supported ({b.var.name})")
                 sinfo = v.ty_args[0]
                 fields = list(sinfo.fields) if isinstance(sinfo, relax.TupleType) else [sinfo]
-                steps.append(Step(b.var, "call_tir", v.args[0].name_hint, list(v.args[1].fields),
-                                  outs=[_static_shape(s) for s in fields]))
+                steps.append(
+                    Step(
+                        b.var,
+                        "call_tir",
+                        v.args[0].name_hint,
+                        list(v.args[1].fields),
+                        outs=[_static_shape(s) for s in fields],
+                    )
+                )
             elif isinstance(v, relax.TupleGetItem):
                 steps.append(Step(b.var, "tuple_get", args=[v.tuple_value], index=int(v.index)))
             elif isinstance(v, relax.Tuple):
@@ -73,8 +80,10 @@ def graph_steps(func) -> list[Step]:
                 steps.append(Step(b.var, "const", value=v.data.numpy()))
             else:
                 op = getattr(getattr(v, "op", None), "name", type(v).__name__)
-                raise GraphError(f"'{b.var.name}' = {op}: only call_tir, tuples and constants can run "
-                                 f"kernel by kernel (legalize high-level Relax ops first)")
+                raise GraphError(
+                    f"'{b.var.name}' = {op}: only call_tir, tuples and constants can run "
+                    f"kernel by kernel (legalize high-level Relax ops first)"
+                )
     return steps
 
 
@@ -138,8 +147,9 @@ class KernelRunner:
                 if before is not None:
                     for i, (t, b) in enumerate(zip(ins, before, strict=True)):
                         if not np.array_equal(t.numpy(), b, equal_nan=True):
-                            raise KernelFault("input_mutated",
-                                              f"kernel {st.func} changed its input #{i} ({st.args[i]})")
+                            raise KernelFault(
+                                "input_mutated", f"kernel {st.func} changed its input #{i} ({st.args[i]})"
+                            )
                 env[st.var] = outs[0] if len(outs) == 1 else tuple(outs)
             elif st.kind == "tuple_get":
                 env[st.var] = self._value(env, st.args[0])[st.index]

@@ -4,6 +4,7 @@ becomes a recorded failure; the caller carries on."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import signal
@@ -18,10 +19,26 @@ from .job import Job
 from .result import Result
 
 # Only these variables reach a worker; everything else (API keys, tokens, credentials) stays behind.
-ENV_ALLOW = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "PYTHONPATH", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE",
-             "EKB_PROBLEM_MODULES")
-MEMORY_MARKERS = ("MemoryError", "bad_alloc", "Cannot allocate memory", "out of memory", "OutOfMemory",
-                  "failed to allocate", "Failed to allocate")
+ENV_ALLOW = (
+    "PATH",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TZ",
+    "PYTHONPATH",
+    "OPENBLAS_CORETYPE",
+    "OPENBLAS_L2_SIZE",
+    "EKB_PROBLEM_MODULES",
+)
+MEMORY_MARKERS = (
+    "MemoryError",
+    "bad_alloc",
+    "Cannot allocate memory",
+    "out of memory",
+    "OutOfMemory",
+    "failed to allocate",
+    "Failed to allocate",
+)
 
 
 @dataclass(frozen=True)
@@ -32,8 +49,14 @@ class Limits:
 
 def worker_env(threads: int, home: str) -> dict[str, str]:
     env = {k: os.environ[k] for k in ENV_ALLOW if k in os.environ}
-    env.update(HOME=home, TMPDIR=home, TVM_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads),
-               PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE="1")
+    env.update(
+        HOME=home,
+        TMPDIR=home,
+        TVM_NUM_THREADS=str(threads),
+        OMP_NUM_THREADS=str(threads),
+        PYTHONUNBUFFERED="1",
+        PYTHONDONTWRITEBYTECODE="1",
+    )
     return env
 
 
@@ -52,9 +75,16 @@ def run_in_worker(job: Job, limits: Limits = Limits()) -> Result:
         job_path, out_path = Path(tmp, "job.json"), Path(tmp, "result.json")
         job_path.write_text(job.to_json())
         cmd = [sys.executable, "-m", "edgekernelbench.harness.worker", str(job_path), str(out_path)]
-        proc = subprocess.Popen(cmd, env=worker_env(job.threads, tmp), cwd=tmp, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-                                preexec_fn=_limit(limits.memory_mb))
+        proc = subprocess.Popen(
+            cmd,
+            env=worker_env(job.threads, tmp),
+            cwd=tmp,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_limit(limits.memory_mb),
+        )
         try:
             out, _ = proc.communicate(timeout=limits.timeout_s)
             timed_out = False
@@ -73,8 +103,9 @@ def run_in_worker(job: Job, limits: Limits = Limits()) -> Result:
             if timed_out:
                 res.failure("timeout", f"worker ran past {limits.timeout_s:.0f} s and was killed")
             elif any(m in text for m in MEMORY_MARKERS):
-                res.failure("memory", f"worker ran out of memory (limit {limits.memory_mb} MiB): "
-                            + _tail(text))
+                res.failure(
+                    "memory", f"worker ran out of memory (limit {limits.memory_mb} MiB): " + _tail(text)
+                )
             else:
                 sig = -proc.returncode if proc.returncode and proc.returncode < 0 else None
                 why = f"signal {signal.Signals(sig).name}" if sig else f"exit code {proc.returncode}"
@@ -90,7 +121,5 @@ def _tail(text: str, n: int = 1500) -> str:
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass

@@ -62,13 +62,19 @@ def time_interleaved(contenders: dict[str, Callable[[int], float]], cfg: TimingC
     numbers = {n: _calibrate(contenders[n], cfg.min_repeat_ms) for n in names}
     samples: dict[str, list[float]] = {n: [] for n in names}
     for r in range(cfg.rounds):
-        order = names[r % len(names):] + names[: r % len(names)]
+        order = names[r % len(names) :] + names[: r % len(names)]
         for n in order:
             samples[n].append(contenders[n](numbers[n]))
     out = {}
     for n in names:
         s = np.asarray(samples[n])
         q1, q3 = np.percentile(s, [25, 75])
-        out[n] = Timing(median=float(np.median(s)), iqr=float(q3 - q1), min=float(s.min()), max=float(s.max()),
-                        count=len(s), number=numbers[n])
+        out[n] = Timing(
+            median=float(np.median(s)),
+            iqr=float(q3 - q1),
+            min=float(s.min()),
+            max=float(s.max()),
+            count=len(s),
+            number=numbers[n],
+        )
     return out

@@ -14,7 +14,8 @@ def main(argv: list[str]) -> int:
     job_path, out_path = argv[1], argv[2]
     from .job import Job
 
-    job = Job.from_json(open(job_path).read())
+    with open(job_path) as f:
+        job = Job.from_json(f.read())
     from ..tvm_env import set_threads
 
     set_threads(job.threads)  # before TVM starts its thread pool
@@ -27,7 +28,8 @@ def main(argv: list[str]) -> int:
         res = Result(job.problem, job.sample, job.backend).failure("memory", "MemoryError in the worker")
     except Exception as e:  # the harness's own failure, not the candidate's
         res = Result(job.problem, job.sample, job.backend).failure(
-            "infra", f"{type(e).__name__}: {e}\n{traceback.format_exc()[-2000:]}")
+            "infra", f"{type(e).__name__}: {e}\n{traceback.format_exc()[-2000:]}"
+        )
     with open(out_path + ".tmp", "w") as f:
         json.dump(res.to_dict(), f)
     import os

@@ -13,9 +13,22 @@ from ..errors import DecisionError, MalformedCandidate, SignatureMismatch
 from .spec import SCHEDULE_LAYERS, KernelSpec
 
 # Instruction kinds by layer, for splitting a flat trace (e.g. from MetaSchedule) into phases.
-MEMORY_KINDS = {"CacheRead", "CacheWrite", "ReindexCacheRead", "ReindexCacheWrite", "CacheInplace",
-                "CacheIndex", "ReIndex", "TransformLayout", "TransformBlockLayout", "SetScope",
-                "StorageAlign", "SetAxisSeparator", "SetDType", "RollingBuffer"}
+MEMORY_KINDS = {
+    "CacheRead",
+    "CacheWrite",
+    "ReindexCacheRead",
+    "ReindexCacheWrite",
+    "CacheInplace",
+    "CacheIndex",
+    "ReIndex",
+    "TransformLayout",
+    "TransformBlockLayout",
+    "SetScope",
+    "StorageAlign",
+    "SetAxisSeparator",
+    "SetDType",
+    "RollingBuffer",
+}
 TARGET_KINDS = {"Tensorize", "Blockize", "Annotate", "Unannotate", "EnterPostproc"}
 GRAPH_PASSES = {  # Relax passes a graph-layer decision may name, with the args they accept
     "ConvertLayout": ("desired_layouts",),
@@ -80,8 +93,11 @@ def apply_trace(func, trace: list, func_name: str, where=None):
             except Exception as e:
                 failing, detail = n - 1, _one_line(e)
                 break
-        layer, step, kind = (where or [("loop", i, trace[0][i][0]) for i in range(len(trace[0]))])[failing] \
-            if trace[0] else ("loop", 0, "?")
+        layer, step, kind = (
+            (where or [("loop", i, trace[0][i][0]) for i in range(len(trace[0]))])[failing]
+            if trace[0]
+            else ("loop", 0, "?")
+        )
         raise DecisionError(func_name, layer, step, kind, detail) from first
 
 
@@ -141,7 +157,7 @@ def split_flat_trace(trace: list) -> dict[str, list]:
     order = {name: i for i, name in enumerate(SCHEDULE_LAYERS)}
     insts, decisions = trace
     current, bounds = 0, []
-    for k, inst in enumerate(insts):
+    for inst in insts:
         kind_layer = 2 if inst[0] in TARGET_KINDS else 1 if inst[0] in MEMORY_KINDS else 0
         current = max(current, kind_layer)
         bounds.append(current)
@@ -159,7 +175,9 @@ def parse_module(text: str, source: str = "candidate"):
     """Parses TVMScript text into an IRModule (inside the worker only)."""
     import tvm
 
-    lines = [ln for ln in text.splitlines() if not ln.lstrip().startswith(("from tvm.script import", "import "))]
+    lines = [
+        ln for ln in text.splitlines() if not ln.lstrip().startswith(("from tvm.script import", "import "))
+    ]
     try:
         mod = tvm.script.from_source("\n".join(lines))
     except SyntaxError as e:
@@ -169,7 +187,9 @@ def parse_module(text: str, source: str = "candidate"):
     if isinstance(mod, tvm.tirx.PrimFunc):
         mod = tvm.IRModule({"main": mod})
     if not isinstance(mod, tvm.IRModule):
-        raise MalformedCandidate(f"{source}: TVMScript must define an IRModule (@I.ir_module), got {type(mod).__name__}")
+        raise MalformedCandidate(
+            f"{source}: TVMScript must define an IRModule (@I.ir_module), got {type(mod).__name__}"
+        )
     return mod
 
 
@@ -187,8 +207,13 @@ def apply_graph_decisions(problem, passes: list[dict]):
     for p in passes:
         name, args = p.get("name"), p.get("args", {})
         if name not in GRAPH_PASSES:
-            raise DecisionError("main", "graph", passes.index(p), str(name),
-                                f"unknown graph pass; allowed: {sorted(GRAPH_PASSES)}")
+            raise DecisionError(
+                "main",
+                "graph",
+                passes.index(p),
+                str(name),
+                f"unknown graph pass; allowed: {sorted(GRAPH_PASSES)}",
+            )
         bad = set(args) - set(GRAPH_PASSES[name])
         if bad:
             raise DecisionError("main", "graph", passes.index(p), name, f"unknown arguments {sorted(bad)}")
@@ -221,7 +246,8 @@ def materialize(spec: KernelSpec, problem, reference):
             if unknown:
                 raise MalformedCandidate(
                     f"candidate defines {unknown}, which the reference does not call; PrimFuncs to write: "
-                    f"{sorted(n for n in ref_funcs if not n.startswith('main'))}")
+                    f"{sorted(n for n in ref_funcs if not n.startswith('main'))}"
+                )
             new = {gv.name_hint: f for gv, f in cand.functions.items()}
             for name, f in new.items():
                 check_params(name, f, base[name])
@@ -230,8 +256,9 @@ def materialize(spec: KernelSpec, problem, reference):
     scheduled = {}
     for name in spec.decisions.scheduled_funcs():
         if name not in prim:
-            raise DecisionError(name, "loop", 0, "-", f"no PrimFunc named '{name}' in the module "
-                                f"(PrimFuncs: {sorted(prim)})")
+            raise DecisionError(
+                name, "loop", 0, "-", f"no PrimFunc named '{name}' in the module (PrimFuncs: {sorted(prim)})"
+            )
         trace, where = combine_layers(spec.decisions.layer_traces(name))
         scheduled[name] = apply_trace(prim[name], trace, name, where).mod["main"]
     return _replace_funcs(base, scheduled) if scheduled else base
@@ -255,11 +282,15 @@ def check_params(name: str, cand, ref) -> None:
         raise SignatureMismatch(f"'{name}' must be a PrimFunc, like the reference's")
     got, want = buffer_signature(cand), buffer_signature(ref)
     if len(got) != len(want):
-        raise SignatureMismatch(f"PrimFunc '{name}' takes {len(got)} buffers, the reference's takes {len(want)}")
+        raise SignatureMismatch(
+            f"PrimFunc '{name}' takes {len(got)} buffers, the reference's takes {len(want)}"
+        )
     for i, (g, w) in enumerate(zip(got, want, strict=True)):
         if g != w:
-            raise SignatureMismatch(f"PrimFunc '{name}' parameter {i} ('{cand.params[i].name}') is "
-                                    f"{g[1]}{list(g[0])}, the reference passes {w[1]}{list(w[0])}")
+            raise SignatureMismatch(
+                f"PrimFunc '{name}' parameter {i} ('{cand.params[i].name}') is "
+                f"{g[1]}{list(g[0])}, the reference passes {w[1]}{list(w[0])}"
+            )
 
 
 def _replace_funcs(mod, new: dict):

@@ -52,7 +52,9 @@ class Decisions:
         return names
 
     def layer_traces(self, func: str) -> list[tuple[str, list]]:
-        return [(layer, getattr(self, layer)[func]) for layer in SCHEDULE_LAYERS if func in getattr(self, layer)]
+        return [
+            (layer, getattr(self, layer)[func]) for layer in SCHEDULE_LAYERS if func in getattr(self, layer)
+        ]
 
 
 @dataclass
@@ -90,7 +92,9 @@ class KernelSpec:
             raise MalformedCandidate(f"{source}: 'decisions' must be an object")
         unknown = set(raw) - {"graph", *SCHEDULE_LAYERS, "target_attrs", "workloads"}
         if unknown:
-            raise MalformedCandidate(f"{source}: unknown decision layer(s) {sorted(unknown)}; layers are {LAYERS}")
+            raise MalformedCandidate(
+                f"{source}: unknown decision layer(s) {sorted(unknown)}; layers are {LAYERS}"
+            )
         dec = Decisions(**{k: v for k, v in raw.items()})
         for layer in SCHEDULE_LAYERS:
             traces = getattr(dec, layer)
@@ -102,8 +106,14 @@ class KernelSpec:
             raise MalformedCandidate(f"{source}: decisions.graph must be {{'passes': [...]}}")
         if module is None and dec.is_empty():
             raise MalformedCandidate(f"{source}: a spec needs a 'module' or at least one decision")
-        return cls(problem=d["problem"], module=module, decisions=dec, method=str(d.get("method", "")),
-                   notes=str(d.get("notes", "")), format_version=int(d.get("format_version", FORMAT_VERSION)))
+        return cls(
+            problem=d["problem"],
+            module=module,
+            decisions=dec,
+            method=str(d.get("method", "")),
+            notes=str(d.get("notes", "")),
+            format_version=int(d.get("format_version", FORMAT_VERSION)),
+        )
 
     @classmethod
     def from_json(cls, text: str, source: str = "spec") -> KernelSpec:
@@ -136,10 +146,14 @@ def load_candidate(path: Path, problem: str) -> KernelSpec:
     if path.suffix == ".json":
         spec = KernelSpec.from_json(text, str(path))
         if spec.problem != problem:
-            raise MalformedCandidate(f"{path}: spec is for problem '{spec.problem}', file is under '{problem}'")
+            raise MalformedCandidate(
+                f"{path}: spec is for problem '{spec.problem}', file is under '{problem}'"
+            )
         return spec
     if path.suffix in (".py", ".tvmscript"):
         if not text.strip():
             raise MalformedCandidate(f"{path}: empty candidate file")
         return KernelSpec(problem=problem, module=text, method="tvmscript-file")
-    raise MalformedCandidate(f"{path}: unknown candidate type '{path.suffix}' (use .py TVMScript or .json spec)")
+    raise MalformedCandidate(
+        f"{path}: unknown candidate type '{path.suffix}' (use .py TVMScript or .json spec)"
+    )

@@ -39,6 +39,7 @@ def _numel(shape) -> int:
 
 def node_flops(node: onnx.NodeProto, shapes) -> int:
     """FLOPs of one node. Multiply-accumulate counts 2; elementwise ops count 1 per output element."""
+
     def shape(i):
         return shapes[node.input[i]][0] if has(i) else ()
 
@@ -52,7 +53,7 @@ def node_flops(node: onnx.NodeProto, shapes) -> int:
         macs = _numel(out) * _numel(w[1:])
         return 2 * macs + (_numel(out) if op == "Conv" and has(2) else 0)
     if op in ("MatMul", "MatMulInteger", "Gemm"):
-        a, b = shape(0), shape(1)
+        a = shape(0)
         k = a[-1] if not (op == "Gemm" and _attr(node, "transA")) else a[0]
         return 2 * _numel(out) * k + (_numel(out) if op == "Gemm" and has(2) else 0)
     if op in ("AveragePool", "MaxPool"):
@@ -63,8 +64,24 @@ def node_flops(node: onnx.NodeProto, shapes) -> int:
         return 5 * _numel(out)  # max, sub, exp, sum, div
     if op == "LayerNormalization":
         return 8 * _numel(out)
-    if op in ("Reshape", "Flatten", "Transpose", "Identity", "Squeeze", "Unsqueeze", "Concat", "Shape",
-              "Gather", "Slice", "Split", "Pad", "Constant", "ConstantOfShape", "Expand", "Tile"):
+    if op in (
+        "Reshape",
+        "Flatten",
+        "Transpose",
+        "Identity",
+        "Squeeze",
+        "Unsqueeze",
+        "Concat",
+        "Shape",
+        "Gather",
+        "Slice",
+        "Split",
+        "Pad",
+        "Constant",
+        "ConstantOfShape",
+        "Expand",
+        "Tile",
+    ):
         return 0
     if op == "Resize":
         return 7 * _numel(out)  # bilinear: 4 loads, 3 lerps
@@ -83,9 +100,11 @@ def graph_cost(model: onnx.ModelProto) -> Cost:
     flops = sum(node_flops(n, shapes) for n in model.graph.node)
     init_names = {i.name for i in model.graph.initializer}
     moved = 0
-    for name in [i.name for i in model.graph.input if i.name not in init_names] + list(init_names) + [
-        o.name for o in model.graph.output
-    ]:
+    for name in (
+        [i.name for i in model.graph.input if i.name not in init_names]
+        + list(init_names)
+        + [o.name for o in model.graph.output]
+    ):
         shape, itemsize = shapes[name]
         moved += _numel(shape) * itemsize
     return Cost(int(flops), int(moved))

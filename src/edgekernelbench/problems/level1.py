@@ -31,7 +31,6 @@ from .base import Problem
 from .graph import GraphBuilder
 from .registry import register
 
-
 PROBLEMS: list[Problem] = []  # the problems this module registers, in definition order
 
 

@@ -33,7 +33,9 @@ def _load_builtin() -> None:
             try:
                 importlib.import_module(name.strip())
             except ImportError as e:
-                raise UnknownProblem(f"EKB_PROBLEM_MODULES names '{name}', which cannot be imported: {e}") from e
+                raise UnknownProblem(
+                    f"EKB_PROBLEM_MODULES names '{name}', which cannot be imported: {e}"
+                ) from e
 
 
 def all_problems() -> list[Problem]:
