@@ -74,7 +74,8 @@ class Problem:
         return self._built[1]
 
     def sample_inputs(self, seed: int) -> dict[str, np.ndarray]:
-        rng = np.random.default_rng(seed)
+        # a stream of its own: weights come from default_rng(self.seed), inputs must not repeat them
+        rng = np.random.default_rng(np.random.SeedSequence([seed, 0x1E7B]))
         return {spec.name: spec.sample(rng) for spec in self.inputs}
 
     @functools.cached_property

@@ -12,6 +12,7 @@ Layer shapes (NCHW), as the models are defined:
   8->16 @48, (dw s2) 16->32 @24, 32->32 @24, (dw s2) 32->64 @12, 64->64 @12, (dw s2) 64->128 @6,
   5 x 128->128 @6, (dw s2) 128->256 @3, 256->256 @3; global pool; dense 256->2.
   Keras pads stride-2 3x3 convs with ZeroPadding2D(((0, 1), (0, 1))), i.e. ONNX pads [0, 0, 1, 1].
+  Every conv is followed by BN (folded) + ReLU6.
 * MLPerf Tiny IC ResNet-8 at 32x32x3: conv 3->16; stack 16ch @32x32; stack 32ch (s2) @16x16 with a
   1x1 s2 shortcut; stack 64ch (s2) @8x8; 8x8 average pool; dense 64->10.
 * MLPerf Tiny AD FC autoencoder: 640 -> 128 -> 128 -> 128 -> 128 -> 8 -> 128 x 4 -> 640.
@@ -91,8 +92,10 @@ def _conv(shape, cout, k, stride=1, pads=None, act="relu", group=1, gain=1.0):
     return graph
 
 
-def _dwconv(n, c, h, w, k, stride, relu=True, pads=None):
-    return _conv((n, c, h, w), c, k, stride, pads, "relu" if relu else None, group=c)
+def _dwconv(n, c, h, w, k, stride, relu=True, pads=None, act=None):
+    act = act or ("relu" if relu else None)
+    gain = 3.0 if act == "relu6" else 1.0
+    return _conv((n, c, h, w), c, k, stride, pads, act, group=c, gain=gain)
 
 
 _p(
@@ -167,24 +170,24 @@ _p(
     "dwconv3x3_s2_vww_16ch",
     "wakeword",
     "depthwise",
-    "MLPerf Tiny VWW MobileNetV1-0.25, block 2 depthwise 3x3 s2: 16ch 48x48 -> 24x24, + ReLU",
-    _dwconv(1, 16, 48, 48, 3, 2, pads=[0, 0, 1, 1]),
+    "MLPerf Tiny VWW MobileNetV1-0.25, block 2 depthwise 3x3 s2: 16ch 48x48 -> 24x24, + ReLU6",
+    _dwconv(1, 16, 48, 48, 3, 2, pads=[0, 0, 1, 1], act="relu6"),
     tags=["conv", "mlperf-tiny", "strided"],
 )
 _p(
     "dwconv3x3_s2_vww_32ch",
     "wakeword",
     "depthwise",
-    "MLPerf Tiny VWW MobileNetV1-0.25, block 4 depthwise 3x3 s2: 32ch 24x24 -> 12x12, + ReLU",
-    _dwconv(1, 32, 24, 24, 3, 2, pads=[0, 0, 1, 1]),
+    "MLPerf Tiny VWW MobileNetV1-0.25, block 4 depthwise 3x3 s2: 32ch 24x24 -> 12x12, + ReLU6",
+    _dwconv(1, 32, 24, 24, 3, 2, pads=[0, 0, 1, 1], act="relu6"),
     tags=["conv", "mlperf-tiny", "strided"],
 )
 _p(
     "dwconv3x3_vww_128ch",
     "wakeword",
     "depthwise",
-    "MLPerf Tiny VWW MobileNetV1-0.25, blocks 7-11 depthwise 3x3 s1: 128ch 6x6, + ReLU",
-    _dwconv(1, 128, 6, 6, 3, 1),
+    "MLPerf Tiny VWW MobileNetV1-0.25, blocks 7-11 depthwise 3x3 s1: 128ch 6x6, + ReLU6",
+    _dwconv(1, 128, 6, 6, 3, 1, act="relu6"),
     tags=["conv", "mlperf-tiny"],
 )
 _p(
@@ -223,16 +226,16 @@ _p(
     "pwconv_vww_16x32",
     "wakeword",
     "pointwise",
-    "MLPerf Tiny VWW MobileNetV1-0.25, block 2 pointwise 16->32ch at 24x24, + ReLU",
-    _pwconv(1, 16, 32, 24, 24),
+    "MLPerf Tiny VWW MobileNetV1-0.25, block 2 pointwise 16->32ch at 24x24, + ReLU6",
+    _pwconv(1, 16, 32, 24, 24, act="relu6"),
     tags=["conv", "mlperf-tiny", "1x1"],
 )
 _p(
     "pwconv_vww_64x128",
     "wakeword",
     "pointwise",
-    "MLPerf Tiny VWW MobileNetV1-0.25, block 6 pointwise 64->128ch at 6x6, + ReLU",
-    _pwconv(1, 64, 128, 6, 6),
+    "MLPerf Tiny VWW MobileNetV1-0.25, block 6 pointwise 64->128ch at 6x6, + ReLU6",
+    _pwconv(1, 64, 128, 6, 6, act="relu6"),
     tags=["conv", "mlperf-tiny", "1x1"],
 )
 _p(
