@@ -8,7 +8,7 @@ import tvm_ffi
 from edgekernelbench.errors import DecisionError, MalformedCandidate
 from edgekernelbench.ir.replay import LayerRecorder, materialize, split_flat_trace, trace_json, workload_key
 from edgekernelbench.ir.spec import Decisions, KernelSpec, load_candidate
-from edgekernelbench.problems import Problem, get_problem
+from edgekernelbench.problems import Problem, get_problem, level1
 from edgekernelbench.reference import build_reference
 
 PID = "L1/dwconv3x3_kws"
@@ -132,3 +132,12 @@ def test_harness_accepts_decisions_only_spec(ref):
     r = evaluate(PID, spec, trials=5, measure=False)
     assert r.correct, r.detail
     assert r.method == "test" and r.spec_hash == spec.hash()
+
+
+@pytest.mark.parametrize("problem", [p.id for p in level1.PROBLEMS])
+def test_reference_script_round_trips(problem):
+    """What a model is shown (and the unscheduled candidate) parses back to the reference module."""
+    from edgekernelbench.ir.replay import parse_module
+
+    ref = build_reference(get_problem(problem))
+    assert tvm_ffi.structural_equal(parse_module(ref.script()), ref.module)

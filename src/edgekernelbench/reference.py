@@ -7,6 +7,7 @@ self-contained TVMScript and the harness passes weights as arguments, like any k
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,7 +26,7 @@ class Reference:
     params: list[np.ndarray]  # the raw weights, in param_names order
 
     def script(self) -> str:
-        return self.module.script()
+        return module_script(self.module)
 
     def primfuncs(self) -> dict:
         import tvm
@@ -39,6 +40,15 @@ class Reference:
         from .harness.executor import graph_steps
 
         return [s.func for s in graph_steps(self.module["main"]) if s.kind == "call_tir"]
+
+
+_NONFINITE_CONST = re.compile(r'R\.const\("(-?inf|nan)", "(\w+)"\)')
+
+
+def module_script(mod) -> str:
+    """TVMScript that parses back to the same module: constants inline (show_meta), and non-finite
+    Relax constants, which TVM 0.27 prints as strings, written as float('inf')."""
+    return _NONFINITE_CONST.sub(r'R.const(float("\1"), "\2")', mod.script(show_meta=True))
 
 
 def generic_target():

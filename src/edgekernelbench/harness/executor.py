@@ -77,7 +77,7 @@ def graph_steps(func) -> list[Step]:
             elif isinstance(v, relax.Var):
                 steps.append(Step(b.var, "alias", args=[v]))
             elif isinstance(v, Constant):
-                steps.append(Step(b.var, "const", value=v.data.numpy()))
+                steps.append(Step(b.var, "const", value=const_array(v)))
             else:
                 op = getattr(getattr(v, "op", None), "name", type(v).__name__)
                 raise GraphError(
@@ -85,6 +85,11 @@ def graph_steps(func) -> list[Step]:
                     f"kernel by kernel (legalize high-level Relax ops first)"
                 )
     return steps
+
+
+def const_array(const) -> np.ndarray:
+    value = const.data if hasattr(const, "data") else const.value
+    return value.numpy() if hasattr(value, "numpy") else np.asarray(value, dtype=str(const.ty.dtype))
 
 
 def sentinel_for(dtype: str, variant: int = 0):
@@ -115,7 +120,7 @@ class KernelRunner:
         from tvm.ir.expr import Constant
 
         if isinstance(expr, Constant):
-            return self.to_device(expr.data.numpy())
+            return self.to_device(const_array(expr))
         if isinstance(expr, relax.Tuple):
             return tuple(self._value(env, f) for f in expr.fields)
         try:
