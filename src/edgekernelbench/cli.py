@@ -16,7 +16,8 @@ from rich.text import Text
 
 from .errors import EKBError, UnknownBackend
 
-console = Console()
+# piped output (CI logs, files) gets a wide fixed width instead of 80 columns
+console = Console() if sys.stdout.isatty() else Console(width=160)
 err_console = Console(stderr=True)
 
 
@@ -138,27 +139,58 @@ def show(problem, baselines_dir, no_script):
             f"tolerance: atol={p.atol} rtol={p.rtol}"
         )
     )
-    console.print(Text(f"kernels main calls: {', '.join(ref.kernel_calls())}"))
+    rows = {}
     if baselines_dir.joinpath("results.db").exists():
         from .store import RunStore
 
         with RunStore(baselines_dir) as store:
             rows = {k: v for k, v in store.baselines().items() if k[0] == p.id}
-        for (_, backend, name), rec in sorted(rows.items()):
-            t = rec["timing"]
-            console.print(
-                Text(
-                    f"baseline {name} on {backend}: median {t['median'] * 1e6:.1f} us "
-                    f"(IQR {t['iqr'] * 1e6:.1f} us, {t['count']} rounds)"
-                )
-            )
-    else:
+    console.print(_kernel_table(ref, rows))
+    for (_, backend, name), rec in sorted(rows.items()):
+        t = rec["timing"]
         console.print(
-            Text(f"baselines: not measured yet (ekb baseline --backend host-cpu --out {baselines_dir})")
+            Text(
+                f"baseline {name} on {backend}: median {t['median'] * 1e6:.1f} us "
+                f"(IQR {t['iqr'] * 1e6:.1f} us, {t['count']} rounds)"
+            )
+        )
+    if not rows:
+        console.print(
+            Text(
+                f"baselines: not measured yet (ekb baseline --backend host-cpu --problem {p.id} "
+                f"--out {baselines_dir})"
+            )
         )
     if not no_script:
         console.print(Text("reference TVMScript:", style="bold"))
         click.echo(ref.script())
+
+
+def _kernel_table(ref, baselines: dict) -> Table:
+    """The kernels (fused PrimFuncs) main calls, their FLOPs, and time shares where measured."""
+    import tvm
+    from tvm.s_tir.analysis import estimate_tir_flops
+
+    measured = {}  # (backend, baseline) -> list of per-call profiles
+    for (_, backend, name), rec in sorted(baselines.items()):
+        if rec.get("extra", {}).get("kernels"):
+            measured[(backend, name)] = rec["extra"]["kernels"]
+    t = Table(title="kernels main calls")
+    t.add_column("#", justify="right")
+    t.add_column("kernel", overflow="fold")
+    t.add_column("MFLOP", justify="right")
+    for backend, name in measured:
+        t.add_column(f"{name} us ({backend})", justify="right")
+        t.add_column("share", justify="right")
+    funcs = ref.primfuncs()
+    for i, kname in enumerate(ref.kernel_calls()):
+        flops = estimate_tir_flops(tvm.IRModule({"main": funcs[kname]}))
+        row = [str(i), Text(kname), f"{flops / 1e6:.3f}"]
+        for prof in measured.values():
+            k = prof[i] if i < len(prof) and prof[i]["kernel"] == kname else None
+            row += [f"{k['median'] * 1e6:.1f}", f"{k['share']:.0%}"] if k else ["-", "-"]
+        t.add_row(*row)
+    return t
 
 
 # ------------------------------------------------------------------------------------------ generate

@@ -89,3 +89,7 @@ class Loaded(abc.ABC):
     @abc.abstractmethod
     def timer(self, fname: str, args: list):
         """Returns f(number) -> seconds per call over `number` back-to-back calls of `fname`."""
+
+    @abc.abstractmethod
+    def kernel_timer(self, kernel: str, args: list):
+        """Like timer(), for one PrimFunc called with destination-passing arguments."""

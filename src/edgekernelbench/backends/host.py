@@ -83,6 +83,13 @@ class LocalLoaded(Loaded):
 
         return run
 
+    def kernel_timer(self, kernel, args):
+        def run(number: int) -> float:
+            f = self.kernels.mod.time_evaluator(kernel, self.device, number=number, repeat=1)
+            return float(f(*args).mean)
+
+        return run
+
 
 def host_profile(threads: int = 1) -> BackendProfile:
     cpu = host_cpu_name()

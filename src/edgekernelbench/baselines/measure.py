@@ -34,14 +34,18 @@ def measure_baselines(
                     on_result(p.id, True)
                 continue
             spec = KernelSpec(problem=p.id, module=build_reference(p).script(), method="reference")
-            res = evaluate(p, spec, backend, threads=threads, trials=1, timing=timing)
+            res = evaluate(p, spec, backend, threads=threads, trials=1, timing=timing, profile=True)
             times = {}
             if res.correct and res.runtime:
                 extra = {"threads": threads, "flops": res.flops, "bytes": res.bytes}
-                store.put_baseline(p.id, backend, "reference", res.runtime, extra)
+                store.put_baseline(
+                    p.id, backend, "reference", res.runtime, {**extra, "kernels": res.extra.get("kernels")}
+                )
                 times["reference"] = res.runtime.median
                 for name, t in res.baselines.items():
-                    store.put_baseline(p.id, backend, name, t, extra)
+                    store.put_baseline(
+                        p.id, backend, name, t, {**extra, "kernels": res.extra.get(f"kernels:{name}")}
+                    )
                     times[name] = t.median
             out[p.id] = times
             if on_result:

@@ -56,6 +56,7 @@ def default_vector_lanes(mcpu: str | None = None) -> int:
 class Access:
     buffer: str
     strides: list[int | None]  # per block iter var: flat-index stride (None: not affine/constant)
+    dims: list[set[int]] = field(default_factory=list)  # per buffer dim: the block iter vars in its index
 
 
 @dataclass
@@ -68,6 +69,7 @@ class BlockFacts:
     dtype_bits: int = 32
     is_output: bool = False
     loops_match_iters: bool = True  # the block's loops bind its iter vars one to one, in order
+    padded_dims: set[int] = field(default_factory=set)  # padding block: output dims with a bounds check
 
     @property
     def is_reduction(self) -> bool:
@@ -133,19 +135,34 @@ def analyze_block(sch, brv, alloc_buffers: set) -> BlockFacts:
     ana = sym.Analyzer()
     for iv in block.iter_vars:
         ana.bind(iv.var, iv.dom)
+    def access(r) -> Access:
+        dims = [_vars_in(d.min, iter_vars) for d in r.region]
+        return Access(r.source.name, _strides(r.region, r.source.shape, iter_vars, ana), dims)
+
     write = Access("?", [None] * len(iter_vars))
     bits = 32
     if len(block.writes) == 1:
-        w = block.writes[0]
-        write = Access(w.source.name, _strides(w.region, w.source.shape, iter_vars, ana))
-        bits = w.source.dtype.bits
-    reads = [Access(r.source.name, _strides(r.region, r.source.shape, iter_vars, ana))
-             for r in block.reads if r.source.name != write.buffer]
+        write = access(block.writes[0])
+        bits = block.writes[0].source.dtype.bits
+    reads = [access(r) for r in block.reads if r.source.name != write.buffer]
     loops = sch.get_loops(brv)
     match = len(loops) == len(iter_vars) and all(
         _as_int(sch.get(lp).extent) == e for lp, e in zip(loops, extents, strict=True))
     is_output = any(w.source.name not in alloc_buffers for w in block.writes)
-    return BlockFacts(block.name_hint, kinds, extents, write, reads, bits, is_output, match)
+    facts = BlockFacts(block.name_hint, kinds, extents, write, reads, bits, is_output, match)
+    value = getattr(block.body, "value", None)
+    op = getattr(value, "op", None)
+    if op is not None and str(getattr(op, "name", "")).endswith("if_then_else") and write.dims:
+        cond = _vars_in(value.args[0], iter_vars)
+        facts.padded_dims = {d for d, vs in enumerate(write.dims) if vs & cond}
+    return facts
+
+
+def _vars_in(expr, iter_vars) -> set[int]:
+    from tvm.tirx.analysis import undefined_vars
+
+    used = undefined_vars(expr, [])
+    return {i for i, v in enumerate(iter_vars) if any(u.same_as(v) for u in used)}
 
 
 def _child_blocks(sch):
@@ -207,53 +224,109 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def vec_tile(extent: int, lanes: int, max_vectors: int = 2) -> int:
-    """The vectorized tile of an axis: the whole axis when short, else a divisor near a multiple of lanes."""
-    if extent <= max_vectors * lanes:
-        return extent
-    for m in range(max_vectors, 0, -1):
-        if extent % (m * lanes) == 0:
-            return m * lanes
-    good = [d for d in _divisors(extent) if lanes // 2 <= d <= max_vectors * lanes]
-    return max(good) if good else lanes
+def vec_tile(extent: int, lanes: int, max_vectors: int = 2, valid: list[int] | None = None) -> int:
+    """The vectorized tile of an axis: whole vectors when the extent allows, else at most one
+    (partial) vector. A tile of several vectors with a partial one (e.g. 28 = 16 + 12) makes LLVM
+    spill its accumulators, so it is never chosen. `valid`: the tiles allowed (default: divisors)."""
+    valid = valid or _divisors(extent)
+    whole = [t for t in valid if t % lanes == 0 and t <= max_vectors * lanes]
+    return max(whole) if whole else max(t for t in valid if t <= lanes)
 
 
 def _largest_divisor_le(n: int, limit: int) -> int:
     return max(d for d in _divisors(n) if d <= max(1, limit))
 
 
-def choose_vector_axis(b: BlockFacts) -> tuple[int | None, int]:
-    """The spatial axis to vectorize and its score: contiguous in the output and, in every read,
-    contiguous or broadcast (a gather scores low)."""
-    best, best_score = None, -(10**9)
+@dataclass
+class AxisGroup:
+    """Adjacent spatial axes that every access walks contiguously (e.g. H and W of a 1x1 conv):
+    they are fused into one loop and tiled as one axis."""
+
+    members: list[int]
+    extents: list[int]
+    write: int | None  # stride of the innermost member in the output
+    reads: list[int | None]  # ... in each read
+
+    @property
+    def extent(self) -> int:
+        return math.prod(self.extents)
+
+    def tiles(self) -> list[int]:
+        """Tile sizes that cut the fused axes into rectangles (a divisor of one member times the
+        full extent of the members inside it). A tile that is not a rectangle must not be used:
+        reverse_compute_at then covers it with a bounding box that reads values of neighbouring
+        tiles, which buffer compaction has dropped (wrong results)."""
+        out, inner = set(), 1
+        for e in reversed(self.extents):
+            out |= {d * inner for d in _divisors(e)}
+            inner *= e
+        return sorted(out)
+
+
+def _mergeable(b: BlockFacts, a: int, c: int) -> bool:
+    for acc in [b.write, *b.reads]:
+        sa, sc = acc.strides[a], acc.strides[c]
+        if sa is None or sc is None or sa != sc * b.extents[c]:
+            return False
+    return True
+
+
+def _single(b: BlockFacts, i: int) -> AxisGroup:
+    return AxisGroup([i], [b.extents[i]], b.write.strides[i], [a.strides[i] for a in b.reads])
+
+
+def axis_groups(b: BlockFacts, lanes: int) -> list[AxisGroup]:
+    """Groups of adjacent, mergeable spatial axes; a group is kept merged only when it has a
+    rectangular tile of whole vectors (otherwise merging gains nothing)."""
+    raw: list[list[int]] = []
     for i in b.spatial:
-        ext = b.extents[i]
-        if ext < 2:
+        if raw and raw[-1][-1] == i - 1 and _mergeable(b, i - 1, i):
+            raw[-1].append(i)
+        else:
+            raw.append([i])
+
+    def group(g: list[int]) -> AxisGroup:
+        return AxisGroup(g, [b.extents[i] for i in g], b.write.strides[g[-1]], [a.strides[g[-1]] for a in b.reads])
+
+    out = []
+    for g in raw:
+        grp = group(g)
+        if len(g) > 1 and not any(t % lanes == 0 and t != grp.extents[-1] for t in grp.tiles()):
+            out += [group([i]) for i in g]
+        else:
+            out.append(grp)
+    return out
+
+
+def choose_vector_group(groups: list[AxisGroup]) -> tuple[AxisGroup | None, int]:
+    """The axis to vectorize and its score: contiguous in the output and, in every read,
+    contiguous or broadcast (a gather scores low); ties go to the inner axis."""
+    best, best_score = None, -(10**9)
+    for g in groups:
+        if g.extent < 2:
             continue
-        ws = b.write.strides[i]
-        score = 4 if ws == 1 else -2
-        for a in b.reads:
-            s = a.strides[i]
+        score = 4 if g.write == 1 else -2
+        for s in g.reads:
             score += 1 if s == 0 else 2 if s == 1 else 0 if s is not None and abs(s) <= 2 else -3
-        score += 1 if ext >= 8 else -3 if ext < 4 else 0
-        if score >= best_score:  # ties: the later (inner) axis
-            best, best_score = i, score
+        score += 1 if g.extent >= 8 else -3 if g.extent < 4 else 0
+        if score >= best_score:
+            best, best_score = g, score
     return best, best_score
 
 
-def choose_unroll_axis(b: BlockFacts, v: int | None) -> int | None:
-    """A second spatial axis for the register tile: one along which the reads that move with the
-    vector axis stay put, so a loaded vector is reused (output channels in a conv, rows in a GEMM)."""
+def choose_unroll_group(groups: list[AxisGroup], v: AxisGroup | None) -> AxisGroup | None:
+    """A second axis for the register tile: one along which the reads that move with the vector
+    axis stay put, so a loaded vector is reused (output channels of a conv, rows of a GEMM)."""
     best, best_score = None, 0
-    for i in b.spatial:
-        if i == v or b.extents[i] < 2:
+    for g in groups:
+        if g is v or g.extent < 2:
             continue
-        reuse = sum(1 for a in b.reads if a.strides[i] == 0)
-        moving = [a for a in b.reads if v is not None and a.strides[v] != 0]
-        reuse_v = sum(1 for a in moving if a.strides[i] == 0)
+        reuse = sum(1 for s in g.reads if s == 0)
+        moving = v.reads if v is not None else g.reads
+        reuse_v = sum(1 for s, sv in zip(g.reads, moving, strict=True) if sv != 0 and s == 0)
         score = 2 * reuse_v + reuse
-        if score > best_score or (score == best_score and best is not None and b.extents[i] > b.extents[best]):
-            best, best_score = i, score
+        if score > best_score or (score == best_score and best is not None and g.extent > best.extent):
+            best, best_score = g, score
     return best
 
 
@@ -283,6 +356,8 @@ def _try(fn: Callable, *args, **kw):
 def _inline_all(sch, names: list[str], reverse: bool = False) -> list[str]:
     done = []
     for n in names:
+        if _gone(sch, n):
+            continue
         blk = sch.get_sblock(n)
         ok = _try(sch.reverse_compute_inline if reverse else sch.compute_inline, blk)
         if ok is not None or _gone(sch, n):
@@ -298,47 +373,70 @@ def _gone(sch, name: str) -> bool:
         return True
 
 
-def _vectorize_block_loops(sch, brv, lanes: int, parallel_min: int, max_vectors: int = 2) -> dict:
-    """Injective block: vectorize the innermost loop (or all loops fused when that one is short),
-    parallel over the fused outer loops when the block is big enough."""
+SCALAR_MATH = ("T.erf(",)  # LLVM has no vector form: a vectorized call is scalarized (slower)
+
+
+def _vectorize_block_loops(sch, brv, lanes: int, parallel: bool, max_vectors: int = 8) -> dict:
+    """Injective block: vectorize its innermost axes (fused while every access walks them
+    contiguously), parallel over the outer loops when asked and the block is big enough.
+    Left scalar (LLVM's own vectorizer then decides): gathers (transposes, resize), bounds checks,
+    and math without a vector form."""
     loops = sch.get_loops(brv)
     if not loops:
         return {}
-    exts = [_as_int(sch.get(lp).extent) or 0 for lp in loops]
-    total = math.prod(exts)
-    if exts[-1] >= lanes // 2 or len(loops) == 1:
-        inner, outer = loops[-1], list(loops[:-1])
-        inner_ext = exts[-1]
-    else:  # short innermost axis: fuse everything, vectorize a slice of the fused loop
-        inner = sch.fuse(*loops)
-        outer, inner_ext = [], total
-    vt = vec_tile(inner_ext, lanes, max_vectors)
-    if vt < inner_ext:
-        if inner_ext % vt:
-            vt = _largest_divisor_le(inner_ext, max_vectors * lanes)
+    bf = analyze_block(sch, brv, set())
+    if bf.is_reduction or not bf.loops_match_iters:
+        return {"vector": None}
+    text = str(sch.get(brv).body)
+    if "if_then_else" in text or any(m in text for m in SCALAR_MATH):
+        return {"vector": None}
+    g = axis_groups(bf, lanes)[-1] if bf.spatial else None
+    if g is not None and len(g.members) > 1 and vec_tile(g.extent, lanes, max_vectors, g.tiles()) <= g.extents[-1]:
+        g = _single(bf, g.members[-1])
+    if g is None or g.members[-1] != len(bf.kinds) - 1 or g.write != 1 or g.extent < 4 \
+            or any(st not in (0, 1) for st in g.reads):
+        return {"vector": None}
+    inner = sch.fuse(*[loops[i] for i in g.members]) if len(g.members) > 1 else loops[g.members[0]]
+    outer = list(loops[: g.members[0]])
+    vt = vec_tile(g.extent, lanes, max_vectors, g.tiles())
+    if vt < 2:
+        return {"vector": None}
+    if vt < g.extent:
         o, inner = sch.split(inner, [None, vt])
         outer.append(o)
-    if vt >= 2:
-        sch.vectorize(inner)
-    info = {"vector": vt}
-    if outer:
+    sch.vectorize(inner)
+    info: dict = {"vector": vt}
+    if outer and parallel and bf.work() >= PARALLEL_MIN_WORK:
         fused = sch.fuse(*outer) if len(outer) > 1 else outer[0]
-        if total >= parallel_min:
-            sch.parallel(fused)
-            info["parallel"] = True
+        sch.parallel(fused)
+        info["parallel"] = True
     return info
 
 
-def schedule_injective(rec, facts: FuncFacts, lanes: int, parallel_min: int) -> dict:
+def _inline_cheap(facts: FuncFacts, prod: BlockFacts) -> bool:
+    """Inlining a producer repeats its index math in each consumer: not for padding (a bounds check
+    per element) nor for a producer read through a reshape (a division per element)."""
+    if prod.padded_dims:
+        return False
+    for b in facts.blocks:
+        for a in b.reads:
+            if a.buffer == prod.write.buffer and any(st is None for st in a.strides):
+                return False
+    return True
+
+
+def schedule_injective(rec, facts: FuncFacts, lanes: int, parallel: bool = False) -> dict:
+    """Elementwise / broadcast / layout kernels: inline every block into the output block(s), then
+    vectorize the output's contiguous innermost axes."""
     sch = rec.sch
     info: dict = {}
     with rec.layer("loop"):
-        inner = [b.name for b in facts.blocks if not b.is_output]
+        inner = [b.name for b in facts.blocks if not b.is_output and _inline_cheap(facts, b)]
         info["inlined"] = _inline_all(sch, inner)
         for b in facts.blocks:
             if _gone(sch, b.name):
                 continue
-            info[b.name] = _vectorize_block_loops(sch, sch.get_sblock(b.name), _lanes(lanes, b), parallel_min)
+            info[b.name] = _vectorize_block_loops(sch, sch.get_sblock(b.name), _lanes(lanes, b), parallel)
     return info
 
 
@@ -352,56 +450,83 @@ def _producers_consumers(facts: FuncFacts, main: str) -> tuple[list[str], list[s
     return names[:k], names[k + 1:]
 
 
-def schedule_contraction(rec, facts: FuncFacts, lanes: int, *, cache: bool = True, inline_pad: bool = True,
-                         annotate: bool = True, parallel_min: int = PARALLEL_MIN_WORK,
-                         max_vectors: int = MAX_VEC_TILE, acc_vectors: int = ACC_VECTORS) -> dict:
+def _inline_ok(main: BlockFacts, prod: BlockFacts, gv: AxisGroup) -> bool:
+    """A producer may be inlined into the main block unless it is padding with a bounds check on a
+    buffer dim that the vectorized axis walks."""
+    if not prod.padded_dims:
+        return True
+    for a in main.reads:
+        if a.buffer == prod.write.buffer and a.dims:
+            if any(set(gv.members) & a.dims[d] for d in prod.padded_dims if d < len(a.dims)):
+                return False
+    return True
+
+
+def _has_if_then_else(sch, name: str) -> bool:
+    import tvm
+
+    f = tvm.get_global_func("s_tir.schedule.HasIfThenElse", allow_missing=True)
+    return bool(f(sch.get(sch.get_sblock(name)))) if f is not None else True
+
+
+def schedule_contraction(rec, facts: FuncFacts, lanes: int, *, cache: bool = True, inline_pad: bool = False,
+                         parallel: bool = False, annotate: bool = True, max_vectors: int = MAX_VEC_TILE,
+                         acc_vectors: int = ACC_VECTORS) -> dict:
     """Conv / depthwise / pointwise / dense / matmul / windowed pool: one reduction block with
-    injective producers (padding) and consumers (bias, activation)."""
+    injective producers (padding, casts) and consumers (bias, activation, requantize).
+
+    Tile: [outer spatial (fused)] x [reduction] x [unrolled axis] x [vectorized axis]; the unrolled
+    and vectorized tiles hold `acc_vectors` vector accumulators (cache_write "local")."""
     sch = rec.sch
     b = facts.block(facts.main)
     if not b.loops_match_iters:
         raise Skip("loops do not bind the block's iter vars one to one")
     lanes = _lanes(lanes, b)
-    v, v_score = choose_vector_axis(b)
-    if v is None or v_score <= 0:
-        raise Skip("no spatial axis vectorizes without gathers")
-    u = choose_unroll_axis(b, v)
-    vt = vec_tile(b.extents[v], lanes, max_vectors if u is None else 2)
-    if b.extents[v] % vt:
-        raise Skip("imperfect vector tile")
+    groups = axis_groups(b, lanes)
+    for _ in range(2):
+        gv, v_score = choose_vector_group(groups)
+        if gv is None or v_score <= 0:
+            raise Skip("no spatial axis vectorizes without gathers")
+        if facts.op_class == "pool" and any(st not in (0, 1) for st in gv.reads) and \
+                all(b.extents[i] <= UNROLL_REDUCTION_MAX for i in b.reduce):
+            raise Skip("small windows read with a stride: a vectorized loop would gather")
+        gu = choose_unroll_group(groups, gv)
+        vt = vec_tile(gv.extent, lanes, max_vectors if gu is None else 2, gv.tiles())
+        if len(gv.members) == 1 or vt > gv.extents[-1]:
+            break
+        # the tile fits in the innermost axis: merging would only add index divisions
+        k = groups.index(gv)
+        groups[k:k + 1] = [_single(b, i) for i in gv.members]
     nvec = -(-vt // lanes)
-    ut = _largest_divisor_le(b.extents[u], max(1, acc_vectors // nvec)) if u is not None else 1
-    info: dict = {"vector_axis": v, "vector_tile": vt, "unroll_axis": u, "unroll_tile": ut}
+    ut = max(t for t in gu.tiles() if t <= max(1, acc_vectors // nvec)) if gu is not None else 1
+    info: dict = {"vector_axis": gv.members, "vector_tile": vt,
+                  "unroll_axis": gu.members if gu else None, "unroll_tile": ut}
     producers, consumers = _producers_consumers(facts, b.name)
+    fused = None
     with rec.layer("loop"):
-        if inline_pad:
-            info["inlined"] = _inline_all(sch, list(reversed(producers)))
+        # padding whose bounds checks run along the vectorized axis stays a separate copy (inlined,
+        # the checks block vectorization); other producers (casts, row-only padding) are inlined
+        inl = [p for p in reversed(producers) if inline_pad or _inline_ok(b, facts.block(p), gv)]
+        info["inlined"] = _inline_all(sch, inl)
         info["epilogue_inlined"] = _inline_all(sch, list(reversed(consumers)), reverse=True)
         mb = sch.get_sblock(b.name)
         loops = sch.get_loops(mb)
         outer, inner_u, inner_v = [], [], []
-        for i in b.spatial:
-            lp = loops[i]
-            if i == v and vt < b.extents[i]:
-                lo, li = sch.split(lp, [None, vt])
-                outer.append(lo)
-                inner_v.append(li)
-            elif i == v:
-                inner_v.append(lp)
-            elif i == u and ut < b.extents[i]:
-                lo, li = sch.split(lp, [None, ut])
-                outer.append(lo)
-                inner_u.append(li)
-            elif i == u:
-                inner_u.append(lp)
-            else:
+        for g in groups:
+            lp = sch.fuse(*[loops[i] for i in g.members]) if len(g.members) > 1 else loops[g.members[0]]
+            tile = vt if g is gv else ut if g is gu else None
+            if tile is None:
                 outer.append(lp)
+                continue
+            if tile < g.extent:
+                lo, lp = sch.split(lp, [None, tile])
+                outer.append(lo)
+            (inner_v if g is gv else inner_u).append(lp)
         red = [loops[i] for i in b.reduce]
         sch.reorder(*outer, *red, *inner_u, *inner_v)
-        outer = [lp for lp in outer]
         fused = sch.fuse(*outer) if len(outer) > 1 else (outer[0] if outer else None)
-        spatial_work = math.prod(b.extents[i] for i in b.spatial)
-        if fused is not None and b.work() >= parallel_min and spatial_work // (vt * ut) > 1:
+        tiles = math.prod(g.extent for g in groups) // (vt * ut)
+        if parallel and fused is not None and tiles > 1 and b.work() >= PARALLEL_MIN_WORK:
             sch.parallel(fused)
             info["parallel"] = True
         for i, lp in zip(b.reduce, red, strict=True):
@@ -410,21 +535,21 @@ def schedule_contraction(rec, facts: FuncFacts, lanes: int, *, cache: bool = Tru
         for lp in inner_u:
             sch.unroll(lp)
         sch.vectorize(inner_v[0])
-        left = [c for c in consumers if not _gone(sch, c)]
-        if not cache and fused is not None:
-            for c in left:
-                sch.reverse_compute_at(sch.get_sblock(c), fused)
-                _vectorize_tail(sch, sch.get_sblock(c), lanes)
-            if red:
+        if not cache:
+            for c in consumers:
+                if _gone(sch, c):
+                    continue
+                if fused is not None:
+                    sch.reverse_compute_at(sch.get_sblock(c), fused)
+                    _vectorize_tail(sch, sch.get_sblock(c), lanes)
+                else:
+                    _vectorize_block_loops(sch, sch.get_sblock(c), lanes, parallel)
+            if red and fused is not None:
                 init = sch.decompose_reduction(mb, red[0])
                 _vectorize_tail(sch, init, lanes)
-        elif not cache and left:
-            for c in left:
-                _vectorize_block_loops(sch, sch.get_sblock(c), lanes, parallel_min)
-        if not inline_pad:
-            for p in producers:
-                if not _gone(sch, p):
-                    _vectorize_block_loops(sch, sch.get_sblock(p), lanes, parallel_min)
+        for p in producers:
+            if not _gone(sch, p):
+                info.setdefault("producers", {})[p] = _schedule_producer(sch, p, lanes, parallel)
     if cache:
         if fused is None:
             raise Skip("no tile loop to place the accumulator in")
@@ -432,8 +557,8 @@ def schedule_contraction(rec, facts: FuncFacts, lanes: int, *, cache: bool = Tru
             wb = sch.cache_write(mb, 0, "local")
             sch.reverse_compute_at(wb, fused)
             wb_name = sch.get(wb).name_hint
-            fused_epi = _inline_all(sch, [c for c in consumers if not _gone(sch, c)], reverse=True)
-            info["epilogue_in_writeback"] = fused_epi
+            info["epilogue_in_writeback"] = _inline_all(sch, [c for c in consumers if not _gone(sch, c)],
+                                                        reverse=True)
             for c in consumers:  # what could not be fused into the write-back runs per tile after it
                 if not _gone(sch, c):
                     sch.reverse_compute_at(sch.get_sblock(c), fused)
@@ -446,6 +571,57 @@ def schedule_contraction(rec, facts: FuncFacts, lanes: int, *, cache: bool = Tru
         with rec.layer("target"):
             sch.annotate(fused, "pragma_auto_unroll_max_step", AUTO_UNROLL_STEP)
             sch.annotate(fused, "pragma_unroll_explicit", 1)
+    return info
+
+
+def _schedule_producer(sch, name: str, lanes: int, parallel: bool) -> str:
+    """A producer left at the root (padding, layout copies). Padding is split into a constant fill
+    and an in-bounds copy (decompose_padding), so neither has a bounds check per element."""
+    blk = sch.get_sblock(name)
+    if _has_if_then_else(sch, name):
+        fill = _try(sch.decompose_padding, blk, sch.get_loops(blk)[0])
+        if fill is not None:
+            _vectorize_block_loops(sch, fill, lanes, parallel)
+            _vectorize_innermost(sch, sch.get_sblock(name), lanes)
+            return "decompose_padding"
+        _vectorize_innermost(sch, blk, lanes)
+        return "innermost"
+    _vectorize_block_loops(sch, blk, lanes, parallel)
+    return "vectorized"
+
+
+def _vectorize_innermost(sch, brv, lanes: int) -> None:
+    """Vectorizes the innermost loop alone (no fusing: a fused index of a strided copy needs a
+    division per element); a short one (< 4) stays scalar."""
+    loops = sch.get_loops(brv)
+    ext = _as_int(sch.get(loops[-1]).extent) or 0 if loops else 0
+    if ext < 4:
+        return
+    vt = vec_tile(ext, lanes, 4)
+    inner = loops[-1] if vt == ext else sch.split(loops[-1], [None, vt])[1]
+    sch.vectorize(inner)
+
+
+def schedule_window(rec, facts: FuncFacts, lanes: int, parallel: bool = False) -> dict:
+    """Pooling whose windows are read with a stride: TVM's vectorizer turns a strided read into a
+    gather, LLVM's into wide loads and shuffles. So: inline the producers (padding) and epilogues,
+    unroll the small window loops, and leave the innermost output loop to LLVM."""
+    sch = rec.sch
+    b = facts.block(facts.main)
+    if not b.loops_match_iters:
+        raise Skip("loops do not bind the block's iter vars one to one")
+    producers, consumers = _producers_consumers(facts, b.name)
+    info: dict = {}
+    with rec.layer("loop"):
+        info["inlined"] = _inline_all(sch, list(reversed(producers)))
+        info["epilogue_inlined"] = _inline_all(sch, list(reversed(consumers)), reverse=True)
+        loops = sch.get_loops(sch.get_sblock(b.name))
+        small = [i for i in b.reduce if 1 < b.extents[i] <= UNROLL_REDUCTION_MAX]
+        if not small:
+            raise Skip("no small window loop to unroll")
+        for i in small:
+            sch.unroll(loops[i])
+        info["unrolled"] = small
     return info
 
 
@@ -468,7 +644,7 @@ def _vectorize_tail(sch, brv, lanes: int) -> None:
 
 
 def schedule_rows(rec, facts: FuncFacts, lanes: int, *, rfactor: bool = True,
-                  parallel_min: int = PARALLEL_MIN_WORK, annotate: bool = True) -> dict:
+                  parallel: bool = False, annotate: bool = True) -> dict:
     """Softmax / layernorm / reductions over the innermost axes: fuse the leading spatial (row) axes
     of the output block, parallel over rows, compute every other block at the row loop, vectorize
     the injective blocks' inner loops and the reductions (rfactor into `lanes` partial results)."""
@@ -500,7 +676,7 @@ def schedule_rows(rec, facts: FuncFacts, lanes: int, *, rfactor: bool = True,
                 ext = bf.extents[r]
                 if r != len(bf.kinds) - 1 or ext < 2 * _lanes(lanes, bf) or ext % _lanes(lanes, bf):
                     continue
-                if any(a.strides[r] != 1 for a in bf.reads):
+                if any(a.strides[r] not in (0, 1) for a in bf.reads):
                     continue
                 blk = sch.get_sblock(n)
                 loops = sch.get_loops(blk)
@@ -511,7 +687,7 @@ def schedule_rows(rec, facts: FuncFacts, lanes: int, *, rfactor: bool = True,
         last_blk = sch.get_sblock(last.name)
         loops = sch.get_loops(last_blk)
         row = sch.fuse(*loops[:lead]) if lead > 1 else loops[0]
-        if facts.block(last.name).work() * len(blocks) >= parallel_min and math.prod(row_ext) > 1:
+        if parallel and last.work() * len(blocks) >= PARALLEL_MIN_WORK and math.prod(row_ext) > 1:
             sch.parallel(row)
             info["parallel"] = True
         for n in reversed(names[:-1]):
@@ -525,8 +701,9 @@ def schedule_rows(rec, facts: FuncFacts, lanes: int, *, rfactor: bool = True,
                 continue
             if all(k == 0 for k in kinds):
                 _vectorize_tail(sch, blk, lanes)
-            elif n.endswith("_rf"):  # rf block: spatial lane loop is innermost after the ko loop
-                sch.vectorize(bl[-1])
+            elif n.endswith("_rf"):  # rf block loops: [lanes, (unit row loops), ko] -> lanes innermost
+                sch.reorder(bl[-1], bl[0])
+                sch.vectorize(bl[0])
             else:
                 ext = _as_int(sch.get(bl[-1]).extent) or 0
                 if ext > lanes and ext % lanes == 0 and annotate:
@@ -537,8 +714,8 @@ def schedule_rows(rec, facts: FuncFacts, lanes: int, *, rfactor: bool = True,
             for n in info["rfactor"]:
                 rf = sch.get_sblock(n + "_rf")
                 rl = sch.get_loops(rf)
-                # init of the partial results out of the reduction loop
-                init = sch.decompose_reduction(rf, rl[-2])
+                # init of the partial results out of the reduction loop (rl: [row, ko, ..., lanes])
+                init = sch.decompose_reduction(rf, rl[1])
                 _vectorize_tail(sch, init, lanes)
     return info
 
@@ -547,23 +724,25 @@ def schedule_rows(rec, facts: FuncFacts, lanes: int, *, rfactor: bool = True,
 CONTRACTIONS = ("conv2d", "pointwise", "depthwise", "dense", "matmul", "contraction", "pool")
 
 
-def strategies(facts: FuncFacts, lanes: int) -> list[tuple[str, Callable]]:
+def strategies(facts: FuncFacts, lanes: int, parallel: bool = False) -> list[tuple[str, Callable]]:
     """Progressively simpler strategies for one PrimFunc; the first that applies is kept."""
     c = facts.op_class
+    kw = {"parallel": parallel}
     out: list[tuple[str, Callable]] = []
     if c in CONTRACTIONS or c == "reduce":
         out += [
-            ("tile+cache", lambda r: schedule_contraction(r, facts, lanes)),
-            ("tile", lambda r: schedule_contraction(r, facts, lanes, cache=False)),
-            ("tile-noinline", lambda r: schedule_contraction(r, facts, lanes, cache=False, inline_pad=False)),
+            ("tile+cache", lambda r: schedule_contraction(r, facts, lanes, **kw)),
+            ("tile", lambda r: schedule_contraction(r, facts, lanes, cache=False, **kw)),
         ]
-    if c in ("multi-reduction", "reduce", "pool") or c in CONTRACTIONS:
+    if c == "pool":
+        out.append(("window", lambda r: schedule_window(r, facts, lanes, **kw)))
+    if c in ("multi-reduction", "reduce") or c in CONTRACTIONS:
         out += [
-            ("rows+rfactor", lambda r: schedule_rows(r, facts, lanes)),
-            ("rows", lambda r: schedule_rows(r, facts, lanes, rfactor=False)),
+            ("rows+rfactor", lambda r: schedule_rows(r, facts, lanes, **kw)),
+            ("rows", lambda r: schedule_rows(r, facts, lanes, rfactor=False, **kw)),
         ]
     if c == "injective":
-        out.append(("vectorize", lambda r: schedule_injective(r, facts, lanes, PARALLEL_MIN_WORK)))
+        out.append(("vectorize", lambda r: schedule_injective(r, facts, lanes, **kw)))
     return out
 
 
@@ -586,7 +765,7 @@ def fresh_copy(func):
     return tvm.ir.load_json(tvm.ir.save_json(func))
 
 
-def schedule_func(func, name: str, lanes: int) -> FuncSchedule:
+def schedule_func(func, name: str, lanes: int, parallel: bool = False) -> FuncSchedule:
     from ..ir.replay import LayerRecorder, apply_trace, combine_layers
 
     try:
@@ -594,7 +773,7 @@ def schedule_func(func, name: str, lanes: int) -> FuncSchedule:
     except Exception as e:  # noqa: BLE001
         return FuncSchedule(name, "opaque", "none", {}, failures=[f"analysis: {e}"])
     failures = []
-    for sname, fn in strategies(facts, lanes):
+    for sname, fn in strategies(facts, lanes, parallel):
         rec = LayerRecorder(fresh_copy(func))
         try:
             info = fn(rec)
@@ -616,7 +795,7 @@ def _short(e: Exception) -> str:
     return (lines[-1] if lines else "")[:200]
 
 
-def rule_schedules(problem, vector_lanes: int | None = None) -> list[FuncSchedule]:
+def rule_schedules(problem, vector_lanes: int | None = None, threads: int = 1) -> list[FuncSchedule]:
     from ..reference import build_reference
 
     lanes = vector_lanes or default_vector_lanes()
@@ -626,23 +805,31 @@ def rule_schedules(problem, vector_lanes: int | None = None) -> list[FuncSchedul
     for name in dict.fromkeys(ref.kernel_calls()):
         if name.startswith("main") or name not in funcs:
             continue
-        out.append(schedule_func(funcs[name], name, lanes))
+        out.append(schedule_func(funcs[name], name, lanes, parallel=threads > 1))
     return out
 
 
-def rule_spec(problem, vector_lanes: int | None = None) -> KernelSpec:
-    """A decisions-only spec: the rule-based schedule of every kernel the reference's main calls."""
+def rule_spec(problem, vector_lanes: int | None = None, threads: int = 1) -> KernelSpec:
+    """A decisions-only spec: the rule-based schedule of every kernel the reference's main calls.
+
+    `vector_lanes`: float32 lanes of the target's vectors (default: 16 on an AVX-512 host, else 8).
+    `threads`: the backend's thread count; the outer loops are made parallel only when it is > 1
+    (with one thread, TVM's parallel launch made these kernels 5-35% slower)."""
     from ..ir.replay import workload_key
     from ..reference import build_reference
 
     funcs = build_reference(problem).primfuncs()
     dec = Decisions()
     notes = []
-    for fs in rule_schedules(problem, vector_lanes):
+    for fs in rule_schedules(problem, vector_lanes, threads):
         notes.append(f"{fs.name}: {fs.op_class}/{fs.strategy}")
         if not fs.traces:
             continue
         for layer, trace in fs.traces.items():
             getattr(dec, layer)[fs.name] = trace
         dec.workloads[fs.name] = workload_key(funcs[fs.name])
-    return KernelSpec(problem=problem.id, module=None, decisions=dec, method="rules", notes="; ".join(notes))
+    spec = KernelSpec(problem=problem.id, module=None, decisions=dec, method="rules", notes="; ".join(notes))
+    if dec.is_empty():  # no rule applied anywhere: the candidate is the reference itself
+        spec.module = build_reference(problem).script()
+        spec.notes += "; no rule applied: module is the reference"
+    return spec

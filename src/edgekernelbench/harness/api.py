@@ -24,6 +24,7 @@ def evaluate(
     timing: TimingConfig | None = None,
     baselines: tuple[str, ...] = DEFAULT_BASELINES,
     measure: bool = True,
+    profile: bool = False,
     limits: Limits | None = None,
 ) -> Result:
     """Judges one candidate: a KernelSpec, a path to a candidate file, or TVMScript module text."""
@@ -46,5 +47,6 @@ def evaluate(
         timing=asdict(timing or TimingConfig()),
         baselines=list(baselines),
         measure=measure,
+        profile=profile,
     )
     return run_in_worker(job, limits or Limits())

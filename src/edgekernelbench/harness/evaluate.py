@@ -124,6 +124,33 @@ class Runner:
     def timer(self, inputs):
         return self.loaded.timer("main", self.args(inputs, self.tp_vm))
 
+    def profile(self, inputs, cfg: TimingConfig) -> list[dict]:
+        """Per kernel call of main: name, FLOPs (TIR estimate) and median time, same protocol."""
+        from tvm.s_tir.analysis import estimate_tir_flops
+
+        calls: list = []
+        self.kernels.run("main", self.args(inputs, self.tp_kernels), calls=calls)
+        timers = {f"{i}:{name}": self.loaded.kernel_timer(name, args) for i, (name, args) in enumerate(calls)}
+        times = time_interleaved(timers, cfg)
+        out = []
+        for key, t in times.items():
+            name = key.split(":", 1)[1]
+            try:
+                flops = float(estimate_tir_flops(_as_module(self.kernels.module[name])))
+            except Exception:
+                flops = None
+            out.append({"kernel": name, "flops": flops, "median": t.median, "iqr": t.iqr})
+        total = sum(k["median"] for k in out) or 1.0
+        for k in out:
+            k["share"] = k["median"] / total
+        return out
+
+
+def _as_module(func):
+    import tvm
+
+    return tvm.IRModule({"main": func})
+
 
 def check_correctness(runner: Runner, problem, oracle, trials: int, seed: int) -> Correctness:
     c = Correctness(correct=False, trials=0)
@@ -240,8 +267,11 @@ def run_job(job: Job) -> Result:
     else:
         inputs = problem.sample_inputs(trial_seed(job.seed, 0))
         contenders = {"candidate": runner.timer(inputs)}
-        for name, (bmod, bbuilt) in baseline_built.items():
-            contenders[name] = Runner(bmod, bbuilt, session, reference).timer(inputs)
+        baseline_runners = {
+            n: Runner(bmod, bbuilt, session, reference) for n, (bmod, bbuilt) in baseline_built.items()
+        }
+        for name, runner_b in baseline_runners.items():
+            contenders[name] = runner_b.timer(inputs)
         if "onnxruntime" in job.baselines:
             contenders["onnxruntime"] = ort_timer(problem, inputs, job.threads)
         timings = time_interleaved(contenders, TimingConfig(**job.timing))
@@ -251,6 +281,11 @@ def run_job(job: Job) -> Result:
             n: t.median / res.runtime.median for n, t in timings.items() if res.runtime.median > 0
         }
         res.timing_status = "measured"
+        if job.profile:
+            profile_cfg = TimingConfig(**{**job.timing, "rounds": max(3, job.timing["rounds"] // 3)})
+            res.extra["kernels"] = runner.profile(inputs, profile_cfg)
+            for name, runner_b in baseline_runners.items():
+                res.extra[f"kernels:{name}"] = runner_b.profile(inputs, profile_cfg)
     return _done(res, t_start)
 
 

@@ -128,8 +128,9 @@ class KernelRunner:
         except KeyError as e:
             raise GraphError(f"unbound variable {expr}") from e
 
-    def run(self, fname: str, args: list, variant: int = 0) -> list:
-        """Runs function `fname`; returns its result as a flat list of device tensors."""
+    def run(self, fname: str, args: list, variant: int = 0, calls: list | None = None) -> list:
+        """Runs function `fname`; returns its result as a flat list of device tensors.
+        With `calls`, appends (kernel name, arguments) of every kernel call, for profiling."""
         import tvm
 
         func = self.module[fname]
@@ -149,6 +150,8 @@ class KernelRunner:
                 except Exception as e:
                     raise GraphError(f"kernel {st.func} is missing from the build") from e
                 kernel(*ins, *outs)
+                if calls is not None:
+                    calls.append((st.func, [*ins, *outs]))
                 if before is not None:
                     for i, (t, b) in enumerate(zip(ins, before, strict=True)):
                         if not np.array_equal(t.numpy(), b, equal_nan=True):

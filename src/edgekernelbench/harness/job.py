@@ -23,6 +23,7 @@ class Job:
     timing: dict = field(default_factory=lambda: asdict(TimingConfig()))
     baselines: list[str] = field(default_factory=lambda: list(DEFAULT_BASELINES))
     measure: bool = True  # time the candidate and baselines when it is correct
+    profile: bool = False  # also time each kernel call of main (candidate and tvm-default)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
