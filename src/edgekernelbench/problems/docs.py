@@ -1,8 +1,10 @@
 """Markdown documentation of a problem suite: `python -m edgekernelbench.problems.docs` writes
-docs/problems_l1.md (run it from the repository root after changing level1.py)."""
+docs/problems_l1.md and docs/problems_l2.md (run it from the repository root after changing
+level1.py or level2.py); `--level N [PATH]` writes one page."""
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections import Counter
 from pathlib import Path
@@ -44,12 +46,31 @@ def level1_markdown() -> str:
     return suite_table_markdown(PROBLEMS)
 
 
+def level2_markdown() -> str:
+    from .level2 import PROBLEMS
+
+    return suite_table_markdown(PROBLEMS, title="Level-2 problems")
+
+
+PAGES = {1: ("docs/problems_l1.md", level1_markdown), 2: ("docs/problems_l2.md", level2_markdown)}
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    path = Path(argv[0] if argv else "docs/problems_l1.md")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(level1_markdown())
-    print(f"wrote {path}")
+    parser = argparse.ArgumentParser(
+        prog="python -m edgekernelbench.problems.docs", description="Write the problem-suite pages."
+    )
+    parser.add_argument("--level", type=int, choices=sorted(PAGES), help="write this level only")
+    parser.add_argument("path", nargs="?", help="output file (default docs/problems_l<level>.md)")
+    args = parser.parse_args(argv)
+    # a bare PATH is the Level-1 page (as before --level existed)
+    levels = [args.level] if args.level else ([1] if args.path else sorted(PAGES))
+    for level in levels:
+        default, render = PAGES[level]
+        path = Path(args.path or default)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(render())
+        print(f"wrote {path}")
     return 0
 
 

@@ -26,7 +26,7 @@ def _load_builtin() -> None:
     global _LOADED
     if not _LOADED:
         _LOADED = True
-        from . import level1  # noqa: F401  (registers on import)
+        from . import level1, level2  # noqa: F401  (register on import)
 
         # extra suites, e.g. EKB_PROBLEM_MODULES=my_suite (modules that call register() on import)
         for name in filter(None, os.environ.get("EKB_PROBLEM_MODULES", "").split(",")):
