@@ -193,6 +193,38 @@ def _kernel_table(ref, baselines: dict) -> Table:
     return t
 
 
+# ------------------------------------------------------------------------------------------ add-model
+@cli.command("add-model")
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option(
+    "--id", "name", required=True, help="Problem name (lower-case, digits, '_'); the id is L<level>/NAME."
+)
+@click.option("--domain", default="user", show_default=True)
+@click.option("--level", type=click.IntRange(1, 3), default=3, show_default=True)
+@click.option("--input", "inputs", multiple=True, help="Static input shape, NAME=D1xD2x... (repeatable).")
+@click.option("--atol", type=float, default=1e-4, show_default=True)
+@click.option("--rtol", type=float, default=1e-4, show_default=True)
+@click.option("--suite-dir", type=click.Path(path_type=Path), help="User suite directory ($EKB_USER_SUITE).")
+def add_model_cmd(path, name, domain, level, inputs, atol, rtol, suite_dir):
+    """Register your own ONNX model as a problem in the user suite (the built-in suite is not changed)."""
+    from .problems.selfcheck import check_problem
+    from .problems.user import add_model, parse_shapes, user_suite_dir
+
+    if suite_dir:
+        os.environ["EKB_USER_SUITE"] = str(suite_dir)
+    problem = add_model(path, name, domain, level, parse_shapes(list(inputs)), atol, rtol, suite_dir)
+    console.print(
+        Text(
+            f"added {problem.id} to {user_suite_dir()} "
+            f"({', '.join(f'{s.name}: {s.dtype}{list(s.shape)}' for s in problem.inputs)})"
+        )
+    )
+    check = check_problem(problem, trials=1)
+    if not check.ok:
+        for f in check.failures:
+            err_console.print(Text(f"warning: {f}"))
+
+
 # ------------------------------------------------------------------------------------------ generate
 @cli.command()
 @click.option(

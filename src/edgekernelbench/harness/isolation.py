@@ -49,7 +49,10 @@ class Limits:
 
 def worker_env(threads: int, home: str) -> dict[str, str]:
     env = {k: os.environ[k] for k in ENV_ALLOW if k in os.environ}
+    from ..problems.user import user_suite_dir
+
     env.update(
+        EKB_USER_SUITE=str(user_suite_dir()),
         HOME=home,
         TMPDIR=home,
         TVM_NUM_THREADS=str(threads),

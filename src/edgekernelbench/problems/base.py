@@ -35,6 +35,25 @@ class InputSpec:
         raise ValueError(f"unknown input distribution {self.dist!r}")
 
 
+def specs_from_model(model: onnx.ModelProto) -> tuple[InputSpec, ...]:
+    """Input distributions for a model given as a file: N(0, 1) floats, integers over their dtype's range."""
+    inits = {i.name for i in model.graph.initializer}
+    specs = []
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        t = vi.type.tensor_type
+        dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t.elem_type)).name
+        shape = tuple(int(d.dim_value) for d in t.shape.dim)
+        if np.issubdtype(np.dtype(dtype), np.integer):
+            info = np.iinfo(np.dtype(dtype))
+            lo, hi = max(int(info.min), -128), min(int(info.max), 127)
+            specs.append(InputSpec(vi.name, shape, dtype, "int", low=lo, high=hi))
+        else:
+            specs.append(InputSpec(vi.name, shape, dtype))
+    return tuple(specs)
+
+
 @dataclass(frozen=True)
 class Problem:
     """A workload: reference ONNX graph (random weights from a fixed seed), inputs, tolerance, cost."""
@@ -60,10 +79,10 @@ class Problem:
         from .graph import GraphBuilder
 
         g = GraphBuilder(self.name, seed=self.seed)
-        self.graph(g)
-        model = g.build()
+        made = self.graph(g)  # adds nodes to g, or returns a finished model (e.g. a user's ONNX file)
+        model = made if isinstance(made, onnx.ModelProto) else g.build()
         onnx.checker.check_model(model, full_check=True)
-        return model, tuple(g.specs)
+        return model, tuple(g.specs) if g.specs else specs_from_model(model)
 
     @property
     def model(self) -> onnx.ModelProto:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import logging
 import os
 
 from ..errors import UnknownProblem
 from .base import Problem
 
+log = logging.getLogger(__name__)
 _REGISTRY: dict[str, Problem] = {}
 _LOADED = False
 
@@ -27,7 +29,13 @@ def _load_builtin() -> None:
     if not _LOADED:
         _LOADED = True
         from . import level1, level2  # noqa: F401  (register on import)
+        from .user import load_user_problems
 
+        for p in load_user_problems():
+            if p.id in _REGISTRY:
+                log.warning("user problem %s shadows a built-in problem; skipped", p.id)
+            else:
+                _REGISTRY[p.id] = p
         # extra suites, e.g. EKB_PROBLEM_MODULES=my_suite (modules that call register() on import)
         for name in filter(None, os.environ.get("EKB_PROBLEM_MODULES", "").split(",")):
             try:
