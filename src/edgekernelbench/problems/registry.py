@@ -28,7 +28,7 @@ def _load_builtin() -> None:
     global _LOADED
     if not _LOADED:
         _LOADED = True
-        from . import level1, level2  # noqa: F401  (register on import)
+        from . import level1, level2, level3  # noqa: F401  (register on import)
         from .user import load_user_problems
 
         for p in load_user_problems():
