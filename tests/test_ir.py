@@ -141,3 +141,12 @@ def test_reference_script_round_trips(problem):
 
     ref = build_reference(get_problem(problem))
     assert tvm_ffi.structural_equal(parse_module(ref.script()), ref.module)
+
+
+def test_scheduling_leaves_the_cached_reference_untouched(ref):
+    before = ref.script()
+    traces = layered(ref.primfuncs()[FUNC]).traces()
+    spec = KernelSpec(problem=PID, decisions=Decisions(**{k: {FUNC: v} for k, v in traces.items()}))
+    materialize(spec, get_problem(PID), ref)
+    materialize(spec, get_problem(PID), ref)  # a second replay starts from the same reference
+    assert ref.script() == before

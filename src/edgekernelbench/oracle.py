@@ -15,6 +15,8 @@ def ort_session(model, threads: int = 1, optimize: bool = True):
     so.inter_op_num_threads = 1
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     so.log_severity_level = 3
+    # no busy-waiting pool threads between runs: they would slow the TVM code timed in turn with ORT
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     so.graph_optimization_level = (
         ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimize else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     )

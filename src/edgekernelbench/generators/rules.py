@@ -15,9 +15,12 @@ Operator classes (`classify`): conv2d, pointwise (1x1 conv), depthwise, dense (G
 pool, reduce, multi-reduction (softmax/layernorm), injective (elementwise, broadcast, layout).
 
 Each PrimFunc is scheduled by a chain of progressively simpler strategies, each on a fresh
-LayerRecorder; the first whose primitives all apply and whose recorded trace replays on a fresh
-schedule is kept (the last strategy is "no decisions"). TVM's schedule primitives check their
-own legality, so a kept schedule computes what the reference computes.
+LayerRecorder; the first whose primitives all apply, whose recorded trace replays on a fresh
+schedule and whose result builds for the host is kept (the last strategy is "no decisions").
+TVM's schedule primitives check their own legality, so a kept schedule computes what the
+reference computes; the rules also steer clear of the cases where TVM's checks are not enough
+(tiles of fused axes that are not rectangles, reverse_compute_inline into a producer with
+other consumers) -- see AxisGroup.tiles and _inline_all.
 """
 
 from __future__ import annotations
@@ -29,9 +32,24 @@ from dataclasses import dataclass, field
 from ..ir.spec import Decisions, KernelSpec
 
 AVX512_CPUS = {
-    "skylake-avx512", "cascadelake", "cooperlake", "cannonlake", "icelake-client", "icelake-server",
-    "tigerlake", "rocketlake", "sapphirerapids", "emeraldrapids", "graniterapids", "graniterapids-d",
-    "diamondrapids", "knl", "knm", "znver4", "znver5", "x86-64-v4",
+    "skylake-avx512",
+    "cascadelake",
+    "cooperlake",
+    "cannonlake",
+    "icelake-client",
+    "icelake-server",
+    "tigerlake",
+    "rocketlake",
+    "sapphirerapids",
+    "emeraldrapids",
+    "graniterapids",
+    "graniterapids-d",
+    "diamondrapids",
+    "knl",
+    "knm",
+    "znver4",
+    "znver5",
+    "x86-64-v4",
 }
 
 # Tuning constants of the rules (float32 vectors of `lanes` elements).
@@ -135,6 +153,7 @@ def analyze_block(sch, brv, alloc_buffers: set) -> BlockFacts:
     ana = sym.Analyzer()
     for iv in block.iter_vars:
         ana.bind(iv.var, iv.dom)
+
     def access(r) -> Access:
         dims = [_vars_in(d.min, iter_vars) for d in r.region]
         return Access(r.source.name, _strides(r.region, r.source.shape, iter_vars, ana), dims)
@@ -147,7 +166,8 @@ def analyze_block(sch, brv, alloc_buffers: set) -> BlockFacts:
     reads = [access(r) for r in block.reads if r.source.name != write.buffer]
     loops = sch.get_loops(brv)
     match = len(loops) == len(iter_vars) and all(
-        _as_int(sch.get(lp).extent) == e for lp, e in zip(loops, extents, strict=True))
+        _as_int(sch.get(lp).extent) == e for lp, e in zip(loops, extents, strict=True)
+    )
     is_output = any(w.source.name not in alloc_buffers for w in block.writes)
     facts = BlockFacts(block.name_hint, kinds, extents, write, reads, bits, is_output, match)
     value = getattr(block.body, "value", None)
@@ -286,7 +306,9 @@ def axis_groups(b: BlockFacts, lanes: int) -> list[AxisGroup]:
             raw.append([i])
 
     def group(g: list[int]) -> AxisGroup:
-        return AxisGroup(g, [b.extents[i] for i in g], b.write.strides[g[-1]], [a.strides[g[-1]] for a in b.reads])
+        inner = g[-1]
+        reads = [a.strides[inner] for a in b.reads]
+        return AxisGroup(g, [b.extents[i] for i in g], b.write.strides[inner], reads)
 
     out = []
     for g in raw:
@@ -334,15 +356,6 @@ class Skip(Exception):
     """A strategy does not fit this PrimFunc."""
 
 
-@dataclass
-class Plan:
-    """What a strategy decided, for the report."""
-
-    op_class: str
-    strategy: str
-    details: dict = field(default_factory=dict)
-
-
 # ---------------------------------------------------------------------------------- strategies
 def _try(fn: Callable, *args, **kw):
     """Runs one optional primitive; a ScheduleError leaves the schedule unchanged (primitives are
@@ -354,11 +367,16 @@ def _try(fn: Callable, *args, **kw):
 
 
 def _inline_all(sch, names: list[str], reverse: bool = False) -> list[str]:
+    """compute_inline (or reverse_compute_inline) each named block where legal; returns those done."""
     done = []
     for n in names:
         if _gone(sch, n):
             continue
         blk = sch.get_sblock(n)
+        if reverse and any(len(sch.get_consumers(p)) > 1 for p in sch.get_producers(blk)):
+            # TVM accepts this but leaves the other consumers reading a buffer no block writes
+            # any more ("used before its definition" at build time), e.g. x * relu6(x + 3) / 6
+            continue
         ok = _try(sch.reverse_compute_inline if reverse else sch.compute_inline, blk)
         if ok is not None or _gone(sch, n):
             done.append(n)
@@ -373,7 +391,8 @@ def _gone(sch, name: str) -> bool:
         return True
 
 
-SCALAR_MATH = ("T.erf(",)  # LLVM has no vector form: a vectorized call is scalarized (slower)
+SCALAR_MATH = ("T.erf(", "T.exp(")  # LLVM has no vector form here: a vectorized call is scalarized
+LEFT_TO_LLVM = ("T.erf(",)  # kernels slower after any rule (measured: GELU); no decisions
 
 
 def _vectorize_block_loops(sch, brv, lanes: int, parallel: bool, max_vectors: int = 8) -> dict:
@@ -391,10 +410,19 @@ def _vectorize_block_loops(sch, brv, lanes: int, parallel: bool, max_vectors: in
     if "if_then_else" in text or any(m in text for m in SCALAR_MATH):
         return {"vector": None}
     g = axis_groups(bf, lanes)[-1] if bf.spatial else None
-    if g is not None and len(g.members) > 1 and vec_tile(g.extent, lanes, max_vectors, g.tiles()) <= g.extents[-1]:
-        g = _single(bf, g.members[-1])
-    if g is None or g.members[-1] != len(bf.kinds) - 1 or g.write != 1 or g.extent < 4 \
-            or any(st not in (0, 1) for st in g.reads):
+    if (
+        g is not None
+        and len(g.members) > 1
+        and vec_tile(g.extent, lanes, max_vectors, g.tiles()) <= g.extents[-1]
+    ):
+        g = _single(bf, g.members[-1])  # the tile fits in the innermost axis: no need to fuse
+    if (
+        g is None
+        or g.members[-1] != len(bf.kinds) - 1
+        or g.write != 1
+        or g.extent < 4
+        or any(st not in (0, 1) for st in g.reads)
+    ):
         return {"vector": None}
     inner = sch.fuse(*[loops[i] for i in g.members]) if len(g.members) > 1 else loops[g.members[0]]
     outer = list(loops[: g.members[0]])
@@ -430,6 +458,9 @@ def schedule_injective(rec, facts: FuncFacts, lanes: int, parallel: bool = False
     vectorize the output's contiguous innermost axes."""
     sch = rec.sch
     info: dict = {}
+    bodies = [str(sch.get(sch.get_sblock(b.name)).body) for b in facts.blocks]
+    if any(m in body for body in bodies for m in LEFT_TO_LLVM):
+        raise Skip("math without a vector form dominates: left to LLVM")
     with rec.layer("loop"):
         inner = [b.name for b in facts.blocks if not b.is_output and _inline_cheap(facts, b)]
         info["inlined"] = _inline_all(sch, inner)
@@ -447,7 +478,7 @@ def _lanes(lanes: int, b: BlockFacts) -> int:
 def _producers_consumers(facts: FuncFacts, main: str) -> tuple[list[str], list[str]]:
     names = [b.name for b in facts.blocks]
     k = names.index(main)
-    return names[:k], names[k + 1:]
+    return names[:k], names[k + 1 :]
 
 
 def _inline_ok(main: BlockFacts, prod: BlockFacts, gv: AxisGroup) -> bool:
@@ -455,11 +486,13 @@ def _inline_ok(main: BlockFacts, prod: BlockFacts, gv: AxisGroup) -> bool:
     buffer dim that the vectorized axis walks."""
     if not prod.padded_dims:
         return True
-    for a in main.reads:
-        if a.buffer == prod.write.buffer and a.dims:
-            if any(set(gv.members) & a.dims[d] for d in prod.padded_dims if d < len(a.dims)):
-                return False
-    return True
+    walked = set(gv.members)
+    return not any(
+        a.buffer == prod.write.buffer
+        and a.dims
+        and any(walked & a.dims[d] for d in prod.padded_dims if d < len(a.dims))
+        for a in main.reads
+    )
 
 
 def _has_if_then_else(sch, name: str) -> bool:
@@ -469,9 +502,18 @@ def _has_if_then_else(sch, name: str) -> bool:
     return bool(f(sch.get(sch.get_sblock(name)))) if f is not None else True
 
 
-def schedule_contraction(rec, facts: FuncFacts, lanes: int, *, cache: bool = True, inline_pad: bool = False,
-                         parallel: bool = False, annotate: bool = True, max_vectors: int = MAX_VEC_TILE,
-                         acc_vectors: int = ACC_VECTORS) -> dict:
+def schedule_contraction(
+    rec,
+    facts: FuncFacts,
+    lanes: int,
+    *,
+    cache: bool = True,
+    inline_pad: bool = False,
+    parallel: bool = False,
+    annotate: bool = True,
+    max_vectors: int = MAX_VEC_TILE,
+    acc_vectors: int = ACC_VECTORS,
+) -> dict:
     """Conv / depthwise / pointwise / dense / matmul / windowed pool: one reduction block with
     injective producers (padding, casts) and consumers (bias, activation, requantize).
 
@@ -487,20 +529,31 @@ def schedule_contraction(rec, facts: FuncFacts, lanes: int, *, cache: bool = Tru
         gv, v_score = choose_vector_group(groups)
         if gv is None or v_score <= 0:
             raise Skip("no spatial axis vectorizes without gathers")
-        if facts.op_class == "pool" and any(st not in (0, 1) for st in gv.reads) and \
-                all(b.extents[i] <= UNROLL_REDUCTION_MAX for i in b.reduce):
+        if (
+            facts.op_class == "pool"
+            and any(st not in (0, 1) for st in gv.reads)
+            and all(b.extents[i] <= UNROLL_REDUCTION_MAX for i in b.reduce)
+        ):
             raise Skip("small windows read with a stride: a vectorized loop would gather")
+        if any(st is None or abs(st) > 2 for st in gv.reads):
+            # a gathered read: one vector per tile, no auto-unroll (LLVM's compile time explodes
+            # on unrolled wide gathers: minutes for a 64x64 global pool)
+            max_vectors, annotate = 1, False
         gu = choose_unroll_group(groups, gv)
-        vt = vec_tile(gv.extent, lanes, max_vectors if gu is None else 2, gv.tiles())
+        vt = vec_tile(gv.extent, lanes, max_vectors if gu is None else min(2, max_vectors), gv.tiles())
         if len(gv.members) == 1 or vt > gv.extents[-1]:
             break
         # the tile fits in the innermost axis: merging would only add index divisions
         k = groups.index(gv)
-        groups[k:k + 1] = [_single(b, i) for i in gv.members]
+        groups[k : k + 1] = [_single(b, i) for i in gv.members]
     nvec = -(-vt // lanes)
     ut = max(t for t in gu.tiles() if t <= max(1, acc_vectors // nvec)) if gu is not None else 1
-    info: dict = {"vector_axis": gv.members, "vector_tile": vt,
-                  "unroll_axis": gu.members if gu else None, "unroll_tile": ut}
+    info: dict = {
+        "vector_axis": gv.members,
+        "vector_tile": vt,
+        "unroll_axis": gu.members if gu else None,
+        "unroll_tile": ut,
+    }
     producers, consumers = _producers_consumers(facts, b.name)
     fused = None
     with rec.layer("loop"):
@@ -557,8 +610,9 @@ def schedule_contraction(rec, facts: FuncFacts, lanes: int, *, cache: bool = Tru
             wb = sch.cache_write(mb, 0, "local")
             sch.reverse_compute_at(wb, fused)
             wb_name = sch.get(wb).name_hint
-            info["epilogue_in_writeback"] = _inline_all(sch, [c for c in consumers if not _gone(sch, c)],
-                                                        reverse=True)
+            info["epilogue_in_writeback"] = _inline_all(
+                sch, [c for c in consumers if not _gone(sch, c)], reverse=True
+            )
             for c in consumers:  # what could not be fused into the write-back runs per tile after it
                 if not _gone(sch, c):
                     sch.reverse_compute_at(sch.get_sblock(c), fused)
@@ -643,8 +697,16 @@ def _vectorize_tail(sch, brv, lanes: int) -> None:
     sch.vectorize(inner)
 
 
-def schedule_rows(rec, facts: FuncFacts, lanes: int, *, rfactor: bool = True,
-                  parallel: bool = False, annotate: bool = True) -> dict:
+def schedule_rows(
+    rec,
+    facts: FuncFacts,
+    lanes: int,
+    *,
+    rfactor: bool = True,
+    parallel: bool = False,
+    annotate: bool = True,
+    scalar_math: bool = False,
+) -> dict:
     """Softmax / layernorm / reductions over the innermost axes: fuse the leading spatial (row) axes
     of the output block, parallel over rows, compute every other block at the row loop, vectorize
     the injective blocks' inner loops and the reductions (rfactor into `lanes` partial results)."""
@@ -700,7 +762,8 @@ def schedule_rows(rec, facts: FuncFacts, lanes: int, *, rfactor: bool = True,
             if not bl:
                 continue
             if all(k == 0 for k in kinds):
-                _vectorize_tail(sch, blk, lanes)
+                if scalar_math or not any(m in str(st.body) for m in SCALAR_MATH):
+                    _vectorize_tail(sch, blk, lanes)
             elif n.endswith("_rf"):  # rf block loops: [lanes, (unit row loops), ko] -> lanes innermost
                 sch.reorder(bl[-1], bl[0])
                 sch.vectorize(bl[0])
@@ -746,6 +809,9 @@ def strategies(facts: FuncFacts, lanes: int, parallel: bool = False) -> list[tup
     return out
 
 
+LOOKUPS = {"GetSBlock", "GetLoops", "GetChildBlocks", "GetProducers", "GetConsumers", "GetOutputBlocks"}
+
+
 @dataclass
 class FuncSchedule:
     name: str
@@ -765,7 +831,18 @@ def fresh_copy(func):
     return tvm.ir.load_json(tvm.ir.save_json(func))
 
 
-def schedule_func(func, name: str, lanes: int, parallel: bool = False) -> FuncSchedule:
+def build_target(threads: int = 1):
+    """The host target the harness builds for (see backends/host.py)."""
+    import tvm
+
+    from ..tvm_env import host_cpu_name
+
+    return tvm.target.Target({"kind": "llvm", "mcpu": host_cpu_name(), "num-cores": threads})
+
+
+def schedule_func(func, name: str, lanes: int, parallel: bool = False, target=None) -> FuncSchedule:
+    """Tries the strategies for one PrimFunc in order, each on a fresh recorder; keeps the first
+    whose decisions replay on a fresh schedule and (when `target` is given) build."""
     from ..ir.replay import LayerRecorder, apply_trace, combine_layers
 
     try:
@@ -778,11 +855,16 @@ def schedule_func(func, name: str, lanes: int, parallel: bool = False) -> FuncSc
         try:
             info = fn(rec)
             traces = rec.traces()
-            if not traces:
+            if not any(inst[0] not in LOOKUPS for t in traces.values() for inst in t[0]):
                 raise Skip("no decisions")
-            trace, where = combine_layers([(layer, traces[layer]) for layer in ("loop", "memory", "target")
-                                           if layer in traces])
-            apply_trace(fresh_copy(func), trace, name, where)  # the recorded decisions must replay
+            trace, where = combine_layers(
+                [(layer, traces[layer]) for layer in ("loop", "memory", "target") if layer in traces]
+            )
+            replayed = apply_trace(fresh_copy(func), trace, name, where)  # the decisions must replay
+            if target is not None:  # and build: a schedule TVM accepts may still not lower
+                import tvm
+
+                tvm.compile(replayed.mod, target=target)
         except Exception as e:  # noqa: BLE001
             failures.append(f"{sname}: {type(e).__name__}: {_short(e)}")
             continue
@@ -795,41 +877,58 @@ def _short(e: Exception) -> str:
     return (lines[-1] if lines else "")[:200]
 
 
-def rule_schedules(problem, vector_lanes: int | None = None, threads: int = 1) -> list[FuncSchedule]:
-    from ..reference import build_reference
+def _pristine_reference(problem):
+    """The problem's reference, built afresh: the cached one may already have been edited in place
+    by a schedule made on it in this process (see fresh_copy)."""
+    from ..reference import build_reference_uncached
 
+    return build_reference_uncached(problem)
+
+
+def rule_schedules(
+    problem, vector_lanes: int | None = None, threads: int = 1, reference=None, verify_build: bool = True
+) -> list[FuncSchedule]:
+    """The rule-based schedule of every PrimFunc the reference's main calls (weight transforms in
+    main_transform_params excluded), in call order. With `verify_build`, each kept schedule has
+    been built for the host target."""
     lanes = vector_lanes or default_vector_lanes()
-    ref = build_reference(problem)
+    ref = reference or _pristine_reference(problem)
+    target = build_target(threads) if verify_build else None
     funcs = ref.primfuncs()
     out = []
     for name in dict.fromkeys(ref.kernel_calls()):
         if name.startswith("main") or name not in funcs:
             continue
-        out.append(schedule_func(funcs[name], name, lanes, parallel=threads > 1))
+        out.append(schedule_func(funcs[name], name, lanes, parallel=threads > 1, target=target))
     return out
 
 
-def rule_spec(problem, vector_lanes: int | None = None, threads: int = 1) -> KernelSpec:
+def rule_spec(
+    problem, vector_lanes: int | None = None, threads: int = 1, verify_build: bool = True
+) -> KernelSpec:
     """A decisions-only spec: the rule-based schedule of every kernel the reference's main calls.
 
     `vector_lanes`: float32 lanes of the target's vectors (default: 16 on an AVX-512 host, else 8).
     `threads`: the backend's thread count; the outer loops are made parallel only when it is > 1
-    (with one thread, TVM's parallel launch made these kernels 5-35% slower)."""
+    (with one thread, TVM's parallel launch made these kernels 5-35% slower).
+    `verify_build`: keep a schedule only if the scheduled PrimFunc builds (about 0.1 s per kernel).
+    Decisions are keyed by PrimFunc name; `decisions.workloads` holds each one's workload key."""
     from ..ir.replay import workload_key
-    from ..reference import build_reference
 
-    funcs = build_reference(problem).primfuncs()
+    ref = _pristine_reference(problem)
+    funcs = ref.primfuncs()
+    keys = {name: workload_key(f) for name, f in funcs.items()}  # before anything is scheduled
     dec = Decisions()
     notes = []
-    for fs in rule_schedules(problem, vector_lanes, threads):
+    for fs in rule_schedules(problem, vector_lanes, threads, reference=ref, verify_build=verify_build):
         notes.append(f"{fs.name}: {fs.op_class}/{fs.strategy}")
         if not fs.traces:
             continue
         for layer, trace in fs.traces.items():
             getattr(dec, layer)[fs.name] = trace
-        dec.workloads[fs.name] = workload_key(funcs[fs.name])
+        dec.workloads[fs.name] = keys[fs.name]
     spec = KernelSpec(problem=problem.id, module=None, decisions=dec, method="rules", notes="; ".join(notes))
     if dec.is_empty():  # no rule applied anywhere: the candidate is the reference itself
-        spec.module = build_reference(problem).script()
+        spec.module = ref.script()
         spec.notes += "; no rule applied: module is the reference"
     return spec

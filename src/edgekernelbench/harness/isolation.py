@@ -68,8 +68,19 @@ def _limit(memory_mb: int):
         lim = memory_mb * 2**20
         resource.setrlimit(resource.RLIMIT_AS, (lim, lim))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        _die_with_parent()
 
     return apply
+
+
+def _die_with_parent() -> None:
+    """Linux: the worker gets SIGKILL when the process that started it dies (it has its own session,
+    so a signal to the parent's process group would not reach it)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def run_in_worker(job: Job, limits: Limits = Limits()) -> Result:

@@ -108,9 +108,12 @@ def _one_line(e: Exception) -> str:
 
 
 def _as_main(func):
+    """A module holding a deep copy of `func` as main: scheduling must never touch the (cached) reference,
+    and with_attr/Schedule may reuse a PrimFunc's storage in place."""
     import tvm
 
-    return tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
+    copy = tvm.ir.load_json(tvm.ir.save_json(func))
+    return tvm.IRModule({"main": copy.with_attr("global_symbol", "main")})
 
 
 class LayerRecorder:

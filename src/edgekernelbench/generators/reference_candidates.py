@@ -1,0 +1,51 @@
+"""Candidates that need no model: the unscheduled reference and the rule-based schedule.
+
+For every problem, `write_reference_candidates` writes into a run directory
+
+    candidates/<problem id>/sample0.py    the reference IRModule as TVMScript (unscheduled)
+    candidates/<problem id>/sample1.json  the rule-based spec (decisions only, see rules.py)
+
+The problem id contains a "/" (e.g. "L1/dwconv3x3_kws"), so each level is a directory.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..ir.spec import KernelSpec
+from .rules import rule_spec
+
+
+def reference_spec(problem) -> KernelSpec:
+    """The reference IRModule as a candidate: TVM's lowering of the ONNX graph, no schedule.
+    Built afresh: a schedule replayed in this process may have edited the cached reference."""
+    from ..reference import build_reference_uncached
+
+    module = build_reference_uncached(problem).script()
+    return KernelSpec(
+        problem=problem.id,
+        module=module,
+        method="reference",
+        notes="unscheduled reference (ONNX -> Relax -> legalized, fused PrimFuncs)",
+    )
+
+
+def candidate_dir(run_dir: Path, problem_id: str) -> Path:
+    return Path(run_dir) / "candidates" / problem_id
+
+
+def write_reference_candidates(
+    problems, run_dir, vector_lanes: int | None = None, threads: int = 1
+) -> list[Path]:
+    """Writes sample0.py (reference TVMScript) and sample1.json (rule-based spec) per problem;
+    returns the paths written."""
+    written: list[Path] = []
+    for problem in problems:
+        d = candidate_dir(Path(run_dir), problem.id)
+        d.mkdir(parents=True, exist_ok=True)
+        ref_path = d / "sample0.py"
+        ref_path.write_text(reference_spec(problem).module + "\n")
+        rules_path = d / "sample1.json"
+        rules_path.write_text(rule_spec(problem, vector_lanes, threads).to_json() + "\n")
+        written += [ref_path, rules_path]
+    return written
