@@ -16,16 +16,26 @@ def small_model(path, batch="N", op="Relu"):
     w = numpy_helper.from_array((rng.standard_normal((16, 8)) * 0.3).astype("float32"), "w")
     b = numpy_helper.from_array((rng.standard_normal(16) * 0.1).astype("float32"), "b")
     nodes = [helper.make_node("Gemm", ["x", "w", "b"], ["h"], transB=1), helper.make_node(op, ["h"], ["y"])]
-    g = helper.make_graph(nodes, "user_net", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 8])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 16])], initializer=[w, b])
+    g = helper.make_graph(
+        nodes,
+        "user_net",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 16])],
+        initializer=[w, b],
+    )
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
     return path
 
 
 def ekb(suite, *args):
     env = {**os.environ, "EKB_USER_SUITE": str(suite)}
-    return subprocess.run([sys.executable, "-m", "edgekernelbench.cli", *map(str, args)], capture_output=True,
-                          text=True, env=env, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "edgekernelbench.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
 
 
 def one_line_error(p, needle):
@@ -53,15 +63,18 @@ def test_add_model_registers_and_evaluates(tmp_path):
     one_line_error(ekb(suite, "add-model", model, "--id", "my_net", "--input", "x=2x8"), "exists already")
 
 
-@pytest.mark.parametrize("setup, args, needle", [
-    ("dynamic", [], "dynamic dimension"),
-    ("notonnx", [], "not an ONNX model"),
-    ("missing", [], "no such file"),
-    ("unsupported", ["--input", "x=1x8"], "cannot import"),
-    ("dynamic", ["--input", "y=1x8"], "not model inputs"),
-    ("dynamic", ["--input", "x=1x8x3"], "rank"),
-    ("dynamic", ["--input", "x=abc"], "expected NAME=D1xD2"),
-])
+@pytest.mark.parametrize(
+    "setup, args, needle",
+    [
+        ("dynamic", [], "dynamic dimension"),
+        ("notonnx", [], "not an ONNX model"),
+        ("missing", [], "no such file"),
+        ("unsupported", ["--input", "x=1x8"], "cannot import"),
+        ("dynamic", ["--input", "y=1x8"], "not model inputs"),
+        ("dynamic", ["--input", "x=1x8x3"], "rank"),
+        ("dynamic", ["--input", "x=abc"], "expected NAME=D1xD2"),
+    ],
+)
 def test_add_model_bad_input(tmp_path, setup, args, needle):
     path = tmp_path / "m.onnx"
     if setup == "dynamic":

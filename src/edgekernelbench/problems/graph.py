@@ -67,6 +67,11 @@ class GraphBuilder:
     def const(self, value, dtype: str = "float32") -> str:
         return self.tensor(np.asarray(value, dtype=dtype), "c")
 
+    def constant_node(self, array) -> str:
+        """A structural constant (shape, indices, eps) as a Constant node, not a weight initializer:
+        weights are what the self-check perturbs and what a kernel receives as a parameter."""
+        return self.node("Constant", [], value=numpy_helper.from_array(np.asarray(array)))
+
     def int_tensor(self, shape, low: int, high: int, dtype: str, prefix: str = "q") -> str:
         return self.tensor(self.rng.integers(low, high + 1, shape).astype(dtype), prefix)
 

@@ -26,35 +26,15 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from onnx import numpy_helper
 
 from .base import Problem
 from .graph import GraphBuilder
-from .registry import register
+from .registry import suite
 
 PROBLEMS: list[Problem] = []  # the problems this module registers, in definition order
 
 
-def _p(id, domain, category, source, graph, tags=(), **kw):
-    problem = register(
-        Problem(
-            id=f"L1/{id}",
-            level=1,
-            domain=domain,
-            category=category,
-            source=source,
-            graph=graph,
-            tags=tuple(tags),
-            **kw,
-        )
-    )
-    PROBLEMS.append(problem)
-    return problem
-
-
-def _constant(g: GraphBuilder, array) -> str:
-    """A structural constant (shape, indices) as a Constant node, not a weight initializer."""
-    return g.node("Constant", [], value=numpy_helper.from_array(np.asarray(array)))
+_p = suite(1, PROBLEMS)
 
 
 def _act(g: GraphBuilder, y: str, act: str | None) -> str:
@@ -649,22 +629,22 @@ def _conv_integer(n, c, h, w, o, k, stride, pads, native=False):
             g.output(y)
             return
         if (kh, kw, stride) == (1, 1, 1) and not any(pads):
-            cols = g.node("Reshape", [x, _constant(g, np.array([n, c, h * w], np.int64))])
+            cols = g.node("Reshape", [x, g.constant_node(np.array([n, c, h * w], np.int64))])
             cols = g.node("Transpose", [cols], perm=[0, 2, 1])  # n, h*w, c
         else:
-            xp = g.node("Pad", [x, _constant(g, np.array([0, 0, pt, pl, 0, 0, pb, pr], np.int64)), x_zero])
-            flat = g.node("Reshape", [xp, _constant(g, np.array([n, c, hp * wp], np.int64))])
+            xp = g.node("Pad", [x, g.constant_node(np.array([0, 0, pt, pl, 0, 0, pb, pr], np.int64)), x_zero])
+            flat = g.node("Reshape", [xp, g.constant_node(np.array([n, c, hp * wp], np.int64))])
             rows = np.arange(ho)[:, None, None, None] * stride + np.arange(kh)[None, None, :, None]
             colx = np.arange(wo)[None, :, None, None] * stride + np.arange(kw)[None, None, None, :]
             idx = (rows * wp + colx).reshape(ho * wo, kh * kw).astype(np.int64)
-            cols = g.node("Gather", [flat, _constant(g, idx)], axis=2)  # n, c, ho*wo, kh*kw
+            cols = g.node("Gather", [flat, g.constant_node(idx)], axis=2)  # n, c, ho*wo, kh*kw
             cols = g.node("Transpose", [cols], perm=[0, 2, 1, 3])  # n, ho*wo, c, kh*kw
-            cols = g.node("Reshape", [cols, _constant(g, np.array([n, ho * wo, c * kh * kw], np.int64))])
-        wm = g.node("Reshape", [wq, _constant(g, np.array([o, c * kh * kw], np.int64))])
+            cols = g.node("Reshape", [cols, g.constant_node(np.array([n, ho * wo, c * kh * kw], np.int64))])
+        wm = g.node("Reshape", [wq, g.constant_node(np.array([o, c * kh * kw], np.int64))])
         wm = g.node("Transpose", [wm], perm=[1, 0])  # c*kh*kw, o
         y = g.node("MatMulInteger", [cols, wm, x_zero, w_zero])  # n, ho*wo, o
         y = g.node("Transpose", [y], perm=[0, 2, 1])
-        g.output(g.node("Reshape", [y, _constant(g, np.array([n, o, ho, wo], np.int64))]))
+        g.output(g.node("Reshape", [y, g.constant_node(np.array([n, o, ho, wo], np.int64))]))
 
     return graph
 

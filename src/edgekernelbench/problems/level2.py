@@ -39,35 +39,15 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from onnx import numpy_helper
 
 from .base import Problem
 from .graph import GraphBuilder
-from .registry import register
+from .registry import suite
 
 PROBLEMS: list[Problem] = []  # the problems this module registers, in definition order
 
 
-def _p(id, domain, category, source, graph, tags=(), **kw):
-    problem = register(
-        Problem(
-            id=f"L2/{id}",
-            level=2,
-            domain=domain,
-            category=category,
-            source=source,
-            graph=graph,
-            tags=tuple(tags),
-            **kw,
-        )
-    )
-    PROBLEMS.append(problem)
-    return problem
-
-
-def _constant(g: GraphBuilder, array) -> str:
-    """A structural constant (shape, indices, eps) as a Constant node, not a weight initializer."""
-    return g.node("Constant", [], value=numpy_helper.from_array(np.asarray(array)))
+_p = suite(2, PROBLEMS)
 
 
 class _Net:
@@ -568,7 +548,7 @@ def _upsample_conv(c, cout, h, w):
         x = g.input("x", (1, c, h, w))
         up = g.node(
             "Resize",
-            [x, "", _constant(g, np.array([1.0, 1.0, 2.0, 2.0], np.float32))],
+            [x, "", g.constant_node(np.array([1.0, 1.0, 2.0, 2.0], np.float32))],
             mode="linear",
             coordinate_transformation_mode="half_pixel",
         )
@@ -603,7 +583,7 @@ def _lraspp(g: GraphBuilder):
     y = g.node("Mul", [cbr, gate])
     y = g.node(
         "Resize",
-        [y, "", "", _constant(g, np.array([1, 128, 28, 28], np.int64))],
+        [y, "", "", g.constant_node(np.array([1, 128, 28, 28], np.int64))],
         mode="linear",
         coordinate_transformation_mode="half_pixel",
     )
@@ -686,16 +666,18 @@ def _log_mel(samples, frame, hop, n_fft, n_mel, sr, f_lo, f_hi, magnitude, eps):
                     "Slice",
                     [
                         x,
-                        _constant(g, np.array([start], np.int64)),
-                        _constant(g, np.array([end], np.int64)),
-                        _constant(g, np.array([1], np.int64)),
+                        g.constant_node(np.array([start], np.int64)),
+                        g.constant_node(np.array([end], np.int64)),
+                        g.constant_node(np.array([1], np.int64)),
                     ],
                 )
-                parts.append(g.node("Reshape", [part, _constant(g, np.array([1, n_frames, hop], np.int64))]))
+                parts.append(
+                    g.node("Reshape", [part, g.constant_node(np.array([1, n_frames, hop], np.int64))])
+                )
             frames = g.node("Concat", parts, axis=2)
         else:
             idx = np.arange(n_frames)[:, None] * hop + np.arange(frame)[None, :]
-            frames = g.node("Gather", [x, _constant(g, idx.astype(np.int64))], axis=1)  # 1, frames, frame
+            frames = g.node("Gather", [x, g.constant_node(idx.astype(np.int64))], axis=1)  # 1, frames, frame
         t = np.arange(frame)
         window = (0.5 - 0.5 * np.cos(2 * np.pi * t / frame)).astype("float32")  # periodic Hann
         frames = g.node("Mul", [frames, g.tensor(window, "window")])
@@ -707,7 +689,7 @@ def _log_mel(samples, frame, hop, n_fft, n_mel, sr, f_lo, f_hi, magnitude, eps):
             spec = g.node("Sqrt", [spec])
         mel = g.node("MatMul", [spec, g.tensor(mel_filterbank(n_mel, n_fft, sr, f_lo, f_hi), "mel")])
         # eps is a structural constant (a Constant node): it only guards log(0)
-        g.output(g.node("Log", [g.node("Add", [mel, _constant(g, np.float32(eps))])]))
+        g.output(g.node("Log", [g.node("Add", [mel, g.constant_node(np.float32(eps))])]))
 
     return graph
 

@@ -81,7 +81,7 @@ from onnx import numpy_helper
 
 from .base import Problem
 from .graph import GraphBuilder
-from .registry import register
+from .registry import suite
 
 PROBLEMS: list[Problem] = []  # the problems this module registers, in definition order
 
@@ -683,21 +683,11 @@ def _int8_graph(model: str):
 
 
 # ---------------------------------------------------------------- registration
+_add = suite(3, PROBLEMS)
+
+
 def _p(id, domain, source, graph, tags=(), **kw):
-    problem = register(
-        Problem(
-            id=f"L3/{id}",
-            level=3,
-            domain=domain,
-            category="model",
-            source=source,
-            graph=graph,
-            tags=tuple(tags),
-            **kw,
-        )
-    )
-    PROBLEMS.append(problem)
-    return problem
+    return _add(id, domain, "model", source, graph, tags, **kw)
 
 
 _p(

@@ -24,6 +24,29 @@ def register(problem: Problem) -> Problem:
     return problem
 
 
+def suite(level: int, problems: list[Problem]):
+    """For a suite module: returns add(name, domain, category, source, graph, tags=(), **kw), which
+    registers Problem "L<level>/<name>" and appends it to `problems` (the module's list, in order)."""
+
+    def add(name, domain, category, source, graph, tags=(), **kw) -> Problem:
+        problem = register(
+            Problem(
+                id=f"L{level}/{name}",
+                level=level,
+                domain=domain,
+                category=category,
+                source=source,
+                graph=graph,
+                tags=tuple(tags),
+                **kw,
+            )
+        )
+        problems.append(problem)
+        return problem
+
+    return add
+
+
 def _load_builtin() -> None:
     global _LOADED
     if not _LOADED:
