@@ -174,10 +174,11 @@ def backend_peak(store: RunStore, backend: str, threads: int) -> dict | None:
 
 
 def measure_peak_isolated(backend: str, threads: int) -> dict | None:
-    from .backends.registry import get_backend
+    from .backends.host import resolve_target
+    from .backends.registry import get_profile
 
-    b = get_backend(backend, threads)
-    if not b.profile.can_time or b.profile.run != "local":
+    profile = get_profile(backend, threads)
+    if profile.run != "local":
         return None
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "PYTHONPATH")}
     env.update(TVM_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
@@ -186,7 +187,7 @@ def measure_peak_isolated(backend: str, threads: int) -> dict | None:
         "-m",
         "edgekernelbench.backends.peak",
         "--target",
-        json.dumps(b.profile.target),
+        json.dumps(resolve_target(profile)),
         "--threads",
         str(threads),
     ]

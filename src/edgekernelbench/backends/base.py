@@ -8,20 +8,30 @@ implements `Backend` and registers a profile; the harness does not change.
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 
 @dataclass(frozen=True)
 class BackendProfile:
+    """A named backend as data (see data/profiles.toml): target, toolchain, resources, peaks, run mode."""
+
     name: str
-    target: dict  # TVM target, JSON dict form
+    target: dict  # TVM target, JSON dict form ("mcpu": "native" = this machine's CPU)
+    kind: str = "host"  # host | cross | gpu
+    run: str = "local"  # local | emulated | remote | compile-only
     host: dict | None = None  # target host, for device targets
     threads: int = 1
-    run: str = "local"  # local | emulated | remote | compile-only
     description: str = ""
-    peak_flops: float | None = None  # FLOP/s; None until measured (`ekb peak`) or taken from a datasheet
+    rpc_key: str | None = None  # devices registered under this key on a TVM RPC tracker
+    cross_compiler: str | None = None
+    toolchain_package: str | None = None  # Debian package that provides cross_compiler
+    emulator: tuple[str, ...] = ()  # qemu-user command line prefix
+    vector_bits: int = 128
+    caches: dict = field(default_factory=dict)
+    peak_flops: float | None = None  # FLOP/s; None until measured (`ekb peak`) or from a datasheet
     peak_bandwidth: float | None = None  # bytes/s
     peak_source: str = ""
+    source: str = "built-in"  # which file defined it
     extra: dict = field(default_factory=dict)
 
     @property
@@ -35,6 +45,14 @@ class BackendProfile:
     @property
     def can_time(self) -> bool:
         return self.run in ("local", "remote")
+
+    @property
+    def vector_lanes(self) -> int:
+        """float32 lanes of one vector register."""
+        return max(1, self.vector_bits // 32)
+
+    def with_threads(self, threads: int | None) -> BackendProfile:
+        return self if not threads or threads == self.threads else replace(self, threads=threads)
 
 
 @dataclass

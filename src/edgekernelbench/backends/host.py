@@ -27,7 +27,7 @@ class LocalBackend(Backend):
     def target(self, extra_attrs=None):
         import tvm
 
-        t = dict(self.profile.target)
+        t = resolve_target(self.profile)
         t.update(extra_attrs or {})
         return tvm.target.Target(t, host=self.profile.host) if self.profile.host else tvm.target.Target(t)
 
@@ -91,12 +91,11 @@ class LocalLoaded(Loaded):
         return run
 
 
-def host_profile(threads: int = 1) -> BackendProfile:
-    cpu = host_cpu_name()
-    return BackendProfile(
-        name="host-cpu",
-        target={"kind": "llvm", "mcpu": cpu, "num-cores": threads},
-        threads=threads,
-        run="local",
-        description=f"this machine's CPU ({cpu}), {threads} thread(s)",
-    )
+def resolve_target(profile: BackendProfile) -> dict:
+    """The profile's target with "mcpu": "native" resolved and the thread count as num-cores (CPU)."""
+    t = dict(profile.target)
+    if t.get("mcpu") == "native":
+        t["mcpu"] = host_cpu_name()
+    if t.get("kind") == "llvm":
+        t["num-cores"] = profile.threads
+    return t
