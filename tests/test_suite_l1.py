@@ -236,3 +236,15 @@ def test_perturbations_change_every_weight_kind():
         new = selfcheck.perturb_initializer(np.asarray(arr), rng)
         assert new.dtype == np.asarray(arr).dtype and new.shape == np.shape(arr)
         assert not np.array_equal(new, arr), arr
+
+
+def test_readme_lists_every_problem():
+    from pathlib import Path
+
+    from edgekernelbench.problems.docs import README_END, README_START, readme_suite_markdown
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    section = readme[readme.index(README_START) + len(README_START) : readme.index(README_END)]
+    assert section.strip() == readme_suite_markdown().strip(), (
+        "README suite section is stale: run python -m edgekernelbench.problems.docs --readme"
+    )
