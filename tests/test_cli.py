@@ -137,3 +137,22 @@ def test_killed_eval_resumes_without_losing_records(tmp_path):
         statuses = {s for (s,) in con.execute("select status from results")}
     assert sorted(after) == list(range(n)) and statuses == {"correct"}
     assert all(after[k] == v for k, v in before.items())  # finished records were not redone
+
+
+def test_baseline_then_show_lists_kernels_with_time_shares(tmp_path):
+    pid = "L2/ds_block_kws"
+    ekb("baseline", "--problem", pid, "--out", tmp_path, "--quick", check=True)
+    from edgekernelbench.store import RunStore
+
+    with RunStore(tmp_path) as store:
+        rows = {k[2]: v for k, v in store.baselines().items() if k[0] == pid}
+    assert set(rows) == {"reference", "tvm-default", "onnxruntime"}
+    kernels = rows["tvm-default"]["extra"]["kernels"]
+    assert len(kernels) >= 2 and abs(sum(k["share"] for k in kernels) - 1) < 1e-6
+    assert all(k["median"] > 0 and k["flops"] is not None for k in kernels)
+    out = ekb("show", pid, "--baselines-dir", tmp_path, "--no-script", check=True).stdout
+    assert "kernels main calls" in out and "share" in out and "tvm-default us" in out
+    for k in kernels:
+        assert k["kernel"] in out
+    # a second baseline run reuses the stored measurements
+    assert "L2/ds_block_kws" in ekb("baseline", "--problem", pid, "--out", tmp_path, "--quick", check=True).stdout
