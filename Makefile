@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test lint bench clean
+.PHONY: setup demo test lint bench clean toolchains
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,7 +17,19 @@ setup: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/ekb demo --out runs/demo
 
-test: $(STAMP)
+# Cross toolchains + qemu-user for the emulated profiles (rpi4, rpi5, jetson-orin-cpu, armv7, riscv64-rvv).
+CROSS_TOOLS := aarch64-linux-gnu-gcc arm-linux-gnueabihf-gcc riscv64-linux-gnu-gcc qemu-aarch64 qemu-arm qemu-riscv64
+CROSS_PKGS  := gcc-aarch64-linux-gnu gcc-arm-linux-gnueabihf gcc-riscv64-linux-gnu libc6-dev-arm64-cross \
+               libc6-dev-armhf-cross libc6-dev-riscv64-cross qemu-user
+toolchains:
+	@missing=$$(for t in $(CROSS_TOOLS); do command -v $$t >/dev/null || echo $$t; done); \
+	if [ -z "$$missing" ]; then echo "toolchains: all present"; \
+	else echo "toolchains: installing $(CROSS_PKGS) (missing: $$missing)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(CROSS_PKGS); fi
+
+# As root (CI), `make test` installs the cross toolchains first so the emulated tests run.
+TEST_DEPS := $(STAMP) $(if $(filter 0,$(shell id -u)),toolchains)
+test: $(TEST_DEPS)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/python -m pytest -q
 

@@ -155,4 +155,22 @@ def test_baseline_then_show_lists_kernels_with_time_shares(tmp_path):
     for k in kernels:
         assert k["kernel"] in out
     # a second baseline run reuses the stored measurements
-    assert "L2/ds_block_kws" in ekb("baseline", "--problem", pid, "--out", tmp_path, "--quick", check=True).stdout
+    assert (
+        "L2/ds_block_kws"
+        in ekb("baseline", "--problem", pid, "--out", tmp_path, "--quick", check=True).stdout
+    )
+
+
+def test_run_directory_profiles_extend_the_backends(tmp_path):
+    write_candidates(tmp_path, {0: CORRECT})
+    (tmp_path / "profiles.toml").write_text(
+        '[my-board]\ndescription = "this CPU under another name"\nkind = "host"\nrun = "local"\n'
+        'target = { kind = "llvm", mcpu = "native" }\nthreads = 1\n'
+    )
+    p = ekb("eval", tmp_path, "--backend", "my-board", "--no-measure", "--trials", "1", check=True)
+    assert "evaluated 1 (1 correct)" in p.stdout
+    from edgekernelbench.store import RunStore
+
+    with RunStore(tmp_path) as store:
+        assert [r.backend for r in store.results()] == ["my-board"]
+    assert_one_line_error(ekb("eval", tmp_path, "--backend", "other-board"), "unknown backend")

@@ -13,6 +13,7 @@ from edgekernelbench.harness.result import Result, Timing
 from edgekernelbench.report.render import (
     CSV_FIELDS,
     fmt_pct,
+    render_backend_matrix,
     render_problem_table,
     render_table,
     render_tables,
@@ -141,6 +142,23 @@ def test_render_table(results):
         render_table(s, p_headline=3.0)
 
 
+def test_backend_matrix_has_a_column_group_per_backend(results):
+    s = summarize(results, BASELINES)
+    console = Console(record=True, width=250)
+    console.print(render_backend_matrix(s))
+    lines = console.export_text().splitlines()
+    assert lines[0].strip() == "EdgeKernelBench: cuda, llvm"
+    assert lines[2].index("cuda") < lines[2].index("llvm")
+    text = "\n".join(lines)
+    assert text.count("Compile@1") == 2 and text.count("vs tvm-default") == 2
+    rows = {ln.split("│")[1].strip(): [c.strip() for c in ln.split("│")[2:-1]] for ln in lines if "│" in ln}
+    # problems | cuda: Compile, Correct, Fast vs tvm-default, Fast vs onnxruntime | llvm: the same
+    # the L2 sample has no onnxruntime speedup: Fast vs onnxruntime is unknown there, not 0%
+    assert rows["L2"] == ["1", "-", "-", "-", "-", "100.0%", "100.0%", "100.0%", "-"]
+    assert rows["all"][1:5] == ["100.0%", "100.0%", "100.0%", "-"]  # cuda: no onnxruntime measurement
+    assert rows["all"][6] == "55.6%"
+
+
 def test_fmt_pct():
     assert fmt_pct(2 / 3) == "66.7%"
     assert fmt_pct(1.0) == "100.0%"
@@ -170,3 +188,24 @@ def test_empty_summary():
     assert s.backends == []
     assert list(csv.DictReader(io.StringIO(to_csv(s)))) == []
     assert json.loads(to_json(s))["backends"] == []
+
+
+def test_fast_is_unknown_where_nothing_could_be_timed():
+    from edgekernelbench.harness.result import Result
+    from edgekernelbench.report.summary import summarize
+
+    emulated = [Result("L1/a", 0, "rpi4", compiled=True, correct=True, timing_status="not measured")]
+    wrong = [Result("L1/a", 0, "host-cpu", compiled=True, correct=False, reason="wrong_output")]
+    s = summarize(emulated + wrong)
+    assert s.backend("rpi4").all.correct_at_1 == 1.0
+    assert s.backend("rpi4").all.fast["tvm-default"][1.0] is None  # emulated: never reported as speed
+    assert s.backend("host-cpu").all.fast["tvm-default"][1.0] == 0.0  # measurable, and nothing was fast
+
+
+def test_fast_is_unknown_against_a_baseline_that_could_not_run():
+    from edgekernelbench.harness.result import Result
+    from edgekernelbench.report.summary import summarize
+
+    remote = [Result("L1/a", 0, "rpi5", compiled=True, correct=True, speedups={"tvm-default": 2.0})]
+    s = summarize(remote).backend("rpi5").all
+    assert s.fast["tvm-default"][1.0] == 1.0 and s.fast["onnxruntime"][1.0] is None

@@ -226,32 +226,191 @@ def add_model_cmd(path, name, domain, level, inputs, atol, rtol, suite_dir):
 
 
 # ------------------------------------------------------------------------------------------ generate
-@cli.command()
-@click.option(
-    "--model",
-    default="builtin",
-    show_default=True,
-    help="builtin = the unscheduled reference (sample 0) and the rule-based schedule (sample 1).",
-)
-@click.option("--out", "run_dir", type=click.Path(path_type=Path), required=True, help="Run directory.")
-@click.option("--level", type=int, default=1, show_default=True)
-@click.option("--problem", "problems", multiple=True, help="Only these problems (repeatable).")
-def generate(model, run_dir, level, problems):
-    """Write candidate files into a run directory."""
-    if model != "builtin":
-        raise EKBError(f"unknown model '{model}': this version generates with 'builtin' only")
-    from .generators.reference_candidates import write_reference_candidates
+def _llm_options(f):
+    f = click.option(
+        "--samples",
+        type=click.IntRange(1),
+        default=1,
+        show_default=True,
+        help="LLM models: samples per problem.",
+    )(f)
+    f = click.option("--temperature", type=float, default=0.2, show_default=True, help="LLM sampling.")(f)
+    f = click.option("--max-tokens", type=click.IntRange(1), default=8192, show_default=True)(f)
+    f = click.option(
+        "--concurrency", type=click.IntRange(1), default=4, show_default=True, help="LLM calls at once."
+    )(f)
+    f = click.option("--no-cache", is_flag=True, help="Call the model again even for cached answers.")(f)
+    f = click.option(
+        "--cache",
+        "cache_path",
+        type=click.Path(path_type=Path),
+        help="Response cache (SQLite; default $EKB_LLM_CACHE or ~/.cache/edgekernelbench/).",
+    )(f)
+    f = click.option(
+        "--request-timeout", type=float, default=120.0, show_default=True, help="Seconds per LLM request."
+    )(f)
+    f = click.option(
+        "--retries",
+        type=click.IntRange(0),
+        default=4,
+        show_default=True,
+        help="Retries (exponential backoff) on 429, 5xx, timeouts.",
+    )(f)
+    return f
+
+
+def _generate(
+    model,
+    run_dir,
+    level,
+    problems,
+    backend,
+    track="direct",
+    samples=1,
+    temperature=0.2,
+    max_tokens=8192,
+    concurrency=4,
+    no_cache=False,
+    cache_path=None,
+    request_timeout=120.0,
+    retries=4,
+):
     from .problems import select
 
+    profile = None
+    if backend:
+        from .backends.registry import get_profile
+
+        names = _backends(backend)
+        if len(names) != 1:
+            raise EKBError("--backend takes one backend for `ekb generate`")
+        profile = get_profile(names[0])
     probs = select(level=level, ids=list(problems) or None)
+    if model != "builtin":
+        return _generate_llm(
+            model,
+            run_dir,
+            probs,
+            profile,
+            track,
+            samples,
+            temperature,
+            max_tokens,
+            concurrency,
+            no_cache,
+            cache_path,
+            request_timeout,
+            retries,
+        )
+    from .generators.reference_candidates import write_reference_candidates
+
     with _progress() as prog:
         task = prog.add_task("generating", total=len(probs), status="")
         paths = []
         for p in probs:
             prog.update(task, status=p.id)
-            paths += write_reference_candidates([p], run_dir)
+            if profile is not None and profile.kind == "gpu":
+                paths += _write_gpu_candidates(p, run_dir, profile)
+            elif profile is not None:
+                paths += write_reference_candidates(
+                    [p], run_dir, vector_lanes=profile.vector_lanes, threads=profile.threads
+                )
+            else:
+                paths += write_reference_candidates([p], run_dir)
             prog.advance(task)
     console.print(f"wrote {len(paths)} candidate files under {run_dir / 'candidates'}")
+
+
+def _generate_llm(
+    model,
+    run_dir,
+    probs,
+    profile,
+    track,
+    samples,
+    temperature,
+    max_tokens,
+    concurrency,
+    no_cache,
+    cache_path,
+    request_timeout,
+    retries,
+):
+    from .llm.generate import GenConfig, generate_run
+    from .llm.providers import RetryPolicy
+
+    if profile is None:
+        from .backends.registry import get_profile
+
+        profile = get_profile("host-cpu")
+    cfg = GenConfig(
+        model=model,
+        samples=samples,
+        track=track,
+        temperature=temperature,
+        max_tokens=max_tokens,
+        concurrency=concurrency,
+        use_cache=not no_cache,
+        cache_path=cache_path,
+        policy=RetryPolicy(retries=retries, timeout_s=request_timeout),
+    )
+    with _progress() as prog:
+        task = prog.add_task(f"generating ({model})", total=len(probs) * samples, status="")
+
+        def on_result(rec):
+            prog.update(task, advance=1, status=f"{rec['problem']}#{rec['sample']}: {rec['status']}")
+
+        counts = generate_run(run_dir, probs, profile, cfg, on_result)
+        prog.update(task, completed=len(probs) * samples)
+    console.print(
+        f"generated {counts['generated']} ({counts['cached']} from the cache, {counts['parse_errors']} "
+        f"without usable code, {counts['failed']} failed calls), skipped {counts['skipped']} existing, "
+        f"under {run_dir / 'candidates'}"
+    )
+    return counts
+
+
+@cli.command()
+@click.option(
+    "--model",
+    default="builtin",
+    show_default=True,
+    help="builtin = the unscheduled reference (sample 0) and the rule-based schedule (sample 1); or an LLM: "
+    "openai:MODEL, anthropic:MODEL, openai-compatible:http://HOST:PORT/v1:MODEL, replay:RESPONSES.jsonl.",
+)
+@click.option("--out", "run_dir", type=click.Path(path_type=Path), required=True, help="Run directory.")
+@click.option("--level", type=int, default=1, show_default=True)
+@click.option("--problem", "problems", multiple=True, help="Only these problems (repeatable).")
+@click.option(
+    "--backend",
+    help="Generate for this backend: its vector width and thread count steer the rules; for a GPU "
+    "backend sample 1 is the reference scheduled with dlight's GPU rules instead. LLM prompts describe it.",
+)
+@click.option(
+    "--track",
+    type=click.Choice(["direct", "schedule"]),
+    default="direct",
+    show_default=True,
+    help="LLM output: a full TVMScript module (direct) or schedule(name, sch) code (schedule).",
+)
+@_llm_options
+def generate(model, run_dir, level, problems, backend, **opts):
+    """Write candidate files into a run directory (LLM generation resumes: existing samples are skipped)."""
+    _generate(model, run_dir, level, problems, backend, **opts)
+
+
+def _write_gpu_candidates(problem, run_dir: Path, profile) -> list[Path]:
+    """sample0.py: the unscheduled reference (fails on a GPU: loops not bound to threads);
+    sample1.json: the reference with dlight's default GPU schedule for the profile's target."""
+    from .backends.gpu import gpu_default_spec
+    from .generators.reference_candidates import candidate_dir, reference_spec
+
+    d = candidate_dir(Path(run_dir), problem.id)
+    d.mkdir(parents=True, exist_ok=True)
+    ref_path, gpu_path = d / "sample0.py", d / "sample1.json"
+    ref_path.write_text(reference_spec(problem).module + "\n")
+    gpu_path.write_text(gpu_default_spec(problem, profile).to_json() + "\n")
+    return [ref_path, gpu_path]
 
 
 # ------------------------------------------------------------------------------------------ eval
@@ -269,22 +428,54 @@ def _eval_options(f):
     f = click.option(
         "--memory-mb", type=int, default=6144, show_default=True, help="Address-space limit per worker (MiB)."
     )(f)
+    f = _tracker_option(f)
     return f
 
 
-def _eval_config(backend, threads, trials, quick, no_measure, timeout, memory_mb):
+def _tracker_option(f):
+    return click.option(
+        "--tracker",
+        envvar="EKB_TRACKER",
+        help="TVM RPC tracker HOST:PORT ($EKB_TRACKER): backends with an rpc_key run on its devices.",
+    )(f)
+
+
+def _check_tracker(tracker, backends) -> None:
+    """One clear error up front when a chosen backend would use a tracker that cannot be reached."""
+    from .backends.registry import get_profile
+    from .backends.rpc import default_tracker, farm_status
+
+    for name in backends:
+        prof = get_profile(name)
+        if prof.rpc_key and (tracker or prof.run == "remote"):
+            farm_status(tracker or default_tracker())
+            return
+
+
+def _use_run_dir_profiles(run_dir: Path) -> None:
+    """RUN_DIR/profiles.toml extends the backend profiles for this run (the parent and its workers)."""
+    extra = run_dir / "profiles.toml"
+    if extra.is_file():
+        current = [f for f in os.environ.get("EKB_PROFILES", "").split(os.pathsep) if f]
+        os.environ["EKB_PROFILES"] = os.pathsep.join([*current, str(extra.resolve())])
+
+
+def _eval_config(backend, threads, trials, quick, no_measure, timeout, memory_mb, tracker=None):
     from .harness.isolation import Limits
     from .runs import EvalConfig
 
     if trials < 1:
         raise EKBError("--trials must be at least 1")
+    backends = _backends(backend)
+    _check_tracker(tracker, backends)
     return EvalConfig(
-        backends=_backends(backend),
+        backends=backends,
         threads=threads,
         trials=trials,
         timing=_timing(quick),
         measure=not no_measure,
         limits=Limits(timeout_s=timeout, memory_mb=memory_mb),
+        tracker=tracker,
     )
 
 
@@ -318,7 +509,63 @@ def eval_cmd(run_dir, problems, **opts):
     Resumable: finished (problem, sample, backend) records are skipped."""
     if not run_dir.is_dir():
         raise EKBError(f"{run_dir}: no such run directory")
+    _use_run_dir_profiles(run_dir)
     _run_eval(run_dir, _eval_config(**opts), list(problems) or None)
+    _print_report(run_dir)
+
+
+@cli.command("run")
+@click.option(
+    "--method",
+    type=click.Choice(["direct", "schedule"]),
+    default="direct",
+    show_default=True,
+    help="Generation track (see `ekb generate --track`).",
+)
+@click.option("--model", required=True, help="As for `ekb generate` (builtin or an LLM model string).")
+@click.option("--out", "run_dir", type=click.Path(path_type=Path), required=True, help="Run directory.")
+@click.option("--level", type=int, default=1, show_default=True)
+@click.option("--problem", "problems", multiple=True, help="Only these problems (repeatable).")
+@_llm_options
+@_eval_options
+def run_cmd(
+    method,
+    model,
+    run_dir,
+    level,
+    problems,
+    samples,
+    temperature,
+    max_tokens,
+    concurrency,
+    no_cache,
+    cache_path,
+    request_timeout,
+    retries,
+    **opts,
+):
+    """Generate (for the first backend) then evaluate and report: `ekb generate` + `ekb eval`."""
+    cfg = _eval_config(**opts)
+    _generate(
+        model,
+        run_dir,
+        level,
+        problems,
+        cfg.backends[0],
+        method,
+        samples,
+        temperature,
+        max_tokens,
+        concurrency,
+        no_cache,
+        cache_path,
+        request_timeout,
+        retries,
+    )
+    if not (run_dir / "candidates").is_dir():
+        raise EKBError(f"{run_dir}: no candidates were generated")
+    _use_run_dir_profiles(run_dir)
+    _run_eval(run_dir, cfg, list(problems) or None)
     _print_report(run_dir)
 
 
@@ -345,11 +592,14 @@ def check(problem, candidate, **opts):
             timing=cfg.timing,
             measure=cfg.measure,
             limits=cfg.limits,
+            tracker=cfg.tracker,
         )
     click.echo(json.dumps(res.to_dict(), indent=1))
+    compile_only = res.reason == "not_checked"
     status = "correct" if res.correct else f"{res.reason}: {res.detail.splitlines()[0] if res.detail else ''}"
-    console.print(Text(f"{p.id} on {res.backend}: {status}", style="green" if res.correct else "red"))
-    sys.exit(0 if res.correct else 1)
+    style = "green" if res.correct else "yellow" if compile_only else "red"
+    console.print(Text(f"{p.id} on {res.backend}: {status}", style=style))
+    sys.exit(0 if res.correct or compile_only else 1)
 
 
 # ------------------------------------------------------------------------------------------ baseline
@@ -363,12 +613,14 @@ def check(problem, candidate, **opts):
 @click.option("--threads", type=int, default=1, show_default=True)
 @click.option("--quick", is_flag=True, help="Short timing protocol.")
 @click.option("--force", is_flag=True, help="Measure again problems already measured.")
-def baseline(backend, level, problems, run_dir, threads, quick, force):
+@_tracker_option
+def baseline(backend, level, problems, run_dir, threads, quick, force, tracker):
     """Measure the baselines (tvm-default, onnxruntime, and the unscheduled reference) for the suite."""
     from .baselines.measure import measure_baselines
     from .problems import select
 
     (backend,) = _backends(backend)
+    _check_tracker(tracker, [backend])
     probs = select(level=level, ids=list(problems) or None)
     with _progress() as prog:
         task = prog.add_task(f"baselines {backend}", total=len(probs), status="")
@@ -380,6 +632,7 @@ def baseline(backend, level, problems, run_dir, threads, quick, force):
             timing=_timing(quick),
             force=force,
             on_result=lambda pid, ok: prog.update(task, advance=1, status=pid),
+            tracker=tracker,
         )
     t = Table(title=f"baselines on {backend} ({threads} thread(s)), median us")
     for c in ("problem", "reference", "tvm-default", "onnxruntime"):
@@ -398,7 +651,7 @@ def baseline(backend, level, problems, run_dir, threads, quick, force):
 
 # ------------------------------------------------------------------------------------------ report
 def _print_report(run_dir: Path, p: float = 1.0, per_problem: bool = False):
-    from .report.render import render_problem_table, render_tables
+    from .report.render import render_backend_matrix, render_problem_table, render_tables
     from .report.summary import summarize
     from .store import RunStore
 
@@ -411,7 +664,29 @@ def _print_report(run_dir: Path, p: float = 1.0, per_problem: bool = False):
         console.print(render_problem_table(results))
     for table in render_tables(summary, p_headline=p):
         console.print(table)
+    if len(summary.backends) > 1:  # one spec, many backends: side by side
+        console.print(render_backend_matrix(summary, p_headline=p))
+    for line in _generation_lines(run_dir):
+        console.print(Text(line), soft_wrap=True)
     return summary
+
+
+def _generation_lines(run_dir: Path) -> list[str]:
+    """One line per model that generated this run's candidates: tokens, cost, failures, template."""
+    from .llm.generate import generation_summary
+    from .store import RunStore
+
+    with RunStore(run_dir) as store:
+        records = store.generations()
+    lines = []
+    for m in generation_summary(records):
+        cost = "unknown" if m["cost"] is None else f"${m['cost']:.4f}"
+        lines.append(
+            f"generation {m['model']}: {m['samples']} samples ({m['cached']} cached, {m['parse_errors']} "
+            f"without code, {m['provider_errors']} failed calls), tokens {m['input_tokens']:,} in / "
+            f"{m['output_tokens']:,} out, cost {cost}; template {', '.join(m['templates'])}"
+        )
+    return lines
 
 
 @cli.command()
@@ -431,9 +706,130 @@ def report(run_dir, p, per_problem, json_path, csv_path):
     except ValueError as e:
         raise EKBError(str(e)) from e
     if json_path:
-        json_path.write_text(to_json(summary))
+        from .llm.generate import generation_summary
+        from .store import RunStore
+
+        with RunStore(run_dir) as store:
+            gens = generation_summary(store.generations())
+        data = json.loads(to_json(summary))
+        if gens:
+            data["generation"] = gens
+        json_path.write_text(json.dumps(data, indent=1))
     if csv_path:
         csv_path.write_text(to_csv(summary))
+
+
+# ------------------------------------------------------------------------------------------ backends
+def _si(x: float | None, unit: str = "") -> str:
+    """1.28e12 -> "1.28 T" + unit; None -> "-"."""
+    if not x:
+        return "-"
+    for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if x >= scale:
+            return f"{x / scale:.3g} {prefix}{unit}"
+    return f"{x:.3g} {unit}".rstrip()
+
+
+def _short_source(source: str) -> str:
+    """ "datasheet-derived: 1 core x ..." -> "datasheet-derived"; "measured: ..., 2026-01-02, ..." ->
+    "measured 2026-01-02" (the full text is in `ekb backends --json`)."""
+    import re
+
+    if not source:
+        return "-"
+    head = source.split(":")[0].split("(")[0].strip().replace("datasheet-derived", "datasheet")
+    date = re.search(r"\d{4}-\d{2}-\d{2}", source)
+    return f"{head} {date.group(0)}" if date and source.startswith("measured:") else head
+
+
+@cli.command("backends")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def backends_cmd(as_json):
+    """The backend profiles (built-in and user TOML) and what each can do on this machine:
+    build (TVM target available), check correctness, time."""
+    from .backends.capabilities import backend_capabilities
+    from .backends.profiles import load_profiles
+
+    rows = [backend_capabilities(prof) for prof in load_profiles().values()]
+    if as_json:
+        click.echo(json.dumps(rows, indent=1))
+        return
+    t = Table(title=f"{len(rows)} backends")
+    for c, justify in (
+        ("name", "left"),
+        ("kind", "left"),
+        ("target", "left"),
+        ("threads", "right"),
+        ("vec bits", "right"),
+        ("run", "left"),
+        ("FLOP/s", "right"),
+        ("B/s", "right"),
+        ("peak source", "left"),
+        ("build", "left"),
+        ("check", "left"),
+        ("time", "left"),
+    ):
+        t.add_column(c, justify=justify, overflow="fold", no_wrap=c in ("name", "run", "FLOP/s", "B/s"))
+    for r in rows:
+        t.add_row(
+            Text(r["name"]),
+            r["kind"],
+            Text(r["target_short"]),
+            str(r["threads"]),
+            str(r["vector_bits"]),
+            r["run"],
+            _si(r["peak_flops"]),
+            _si(r["peak_bandwidth"]),
+            Text(_short_source(r["peak_source"])),
+            *[
+                Text(r[k]["detail"], style="green" if r[k]["ok"] else "yellow")
+                for k in ("build", "check", "time")
+            ],
+        )
+    console.print(t)
+
+
+@cli.command()
+@click.option("--backend", required=True, help="The backend to measure (one that runs here).")
+@click.option("--threads", type=int, help="Threads (default: the profile's).")
+@click.option(
+    "--profiles-file",
+    type=click.Path(path_type=Path),
+    help="User profile TOML to store the figures in (default ~/.config/edgekernelbench/profiles.toml).",
+)
+@click.option("--mib", type=click.IntRange(1), default=64, show_default=True, help="Bandwidth buffer (MiB).")
+def peak(backend, threads, profiles_file, mib):
+    """Measure a backend's peak FLOP/s and memory bandwidth (TVM micro-kernels) and store them in
+    the user profile file: the roofline of later runs uses them."""
+    import datetime
+
+    from .backends.profile_file import store_peak
+    from .backends.registry import get_profile
+    from .runs import measure_peak_isolated
+
+    names = _backends(backend)
+    if len(names) != 1:
+        raise EKBError("--backend takes one backend for `ekb peak`")
+    name = names[0]
+    profile = get_profile(name, threads)
+    if profile.run != "local":
+        raise EKBError(
+            f"{name} cannot run here (run = {profile.run}): `ekb peak` measures on a local device; "
+            f"its peaks stay '{profile.peak_source or 'none'}'"
+        )
+    path = profiles_file or Path.home() / ".config" / "edgekernelbench" / "profiles.toml"
+    with console.status(f"measuring {name} ({profile.threads} thread(s))"):
+        result = measure_peak_isolated(name, profile.threads, mib)
+    if not result:
+        raise EKBError(f"peak measurement failed on {name} (ekb -v peak ... for the reason)")
+    source = f"measured: TVM micro-kernels, {datetime.date.today().isoformat()}, {profile.threads} thread(s)"
+    store_peak(path, name, result["flops"], result["bandwidth"], source)
+    console.print(
+        Text(
+            f"{name}: {_si(result['flops'], 'FLOP/s')}, {_si(result['bandwidth'], 'B/s')} "
+            f"({profile.threads} thread(s)); stored in {path} [{name}]"
+        )
+    )
 
 
 # ------------------------------------------------------------------------------------------ demo
@@ -459,6 +855,95 @@ def demo(run_dir=Path("runs/demo"), level=1, problems=(), quick=False):
     write_reference_candidates(probs, run_dir)
     _run_eval(run_dir, EvalConfig(timing=_timing(quick)), [p.id for p in probs])
     _print_report(run_dir, per_problem=True)
+
+
+# ------------------------------------------------------------------------------------------ farm
+@cli.group()
+def farm():
+    """A device farm over TVM RPC: a tracker, and one server per device under its profile's rpc_key.
+    `ekb eval RUN_DIR --backend rpi5 --tracker HOST:9190` then judges on the devices of key rpi5."""
+
+
+@farm.command("tracker")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", type=click.IntRange(1, 65535), default=9190, show_default=True)
+def farm_tracker(host, port):
+    """Run TVM's RPC tracker (python -m tvm.exec.rpc_tracker) until interrupted."""
+    from .backends.rpc import run_tracker
+
+    try:
+        run_tracker(host, port, echo=lambda m: click.echo(m, err=True))
+    except KeyboardInterrupt:
+        click.echo("ekb farm tracker: stopped", err=True)
+
+
+@farm.command("server")
+@click.option("--key", required=True, help="Device key: the rpc_key of the device's profile (e.g. rpi5).")
+@_tracker_option
+@click.option(
+    "--host", help="Address to listen on (default: 127.0.0.1 with a loopback tracker, else 0.0.0.0)."
+)
+@click.option(
+    "--port", type=click.IntRange(1, 65535), default=9090, show_default=True, help="First port tried."
+)
+@click.option(
+    "--port-end", type=click.IntRange(1, 65535), default=9199, show_default=True, help="Last port + 1."
+)
+@click.option(
+    "--threads",
+    type=click.IntRange(1),
+    default=1,
+    show_default=True,
+    help="The runtime's threads (TVM_NUM_THREADS).",
+)
+def farm_server(key, tracker, host, port, port_end, threads):
+    """Run TVM's RPC server (python -m tvm.exec.rpc_server) for this machine under KEY, registered with
+    the tracker; restarted when a session's process dies (a crashing kernel)."""
+    import signal
+
+    from .backends.rpc import default_tracker, serve_device, server_host_for
+
+    tracker = tracker or default_tracker()
+
+    def _term(signum, frame):
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, _term)
+    try:
+        rc = serve_device(
+            key,
+            tracker,
+            host or server_host_for(tracker),
+            port,
+            max(port_end, port + 1),
+            threads=threads,
+            echo=lambda m: click.echo(m, err=True),
+        )
+    except KeyboardInterrupt:
+        click.echo(f"ekb farm server: stopped ({key})", err=True)
+        rc = 0
+    sys.exit(rc)
+
+
+@farm.command("status")
+@_tracker_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def farm_status_cmd(tracker, as_json):
+    """The tracker's devices: per key, how many are registered, free and requested."""
+    from .backends.rpc import farm_status
+
+    st = farm_status(tracker)
+    if as_json:
+        click.echo(json.dumps(st.to_dict(), indent=1))
+        return
+    data = st.to_dict()["keys"]
+    t = Table(title=f"RPC tracker {st.tracker}: {len(st.servers)} device server(s)")
+    for c in ("key", "devices", "free", "pending", "servers"):
+        t.add_column(c, overflow="fold", justify="right" if c in ("devices", "free", "pending") else "left")
+    for key, row in data.items():
+        counts = [str(row[c]) for c in ("devices", "free", "pending")]
+        t.add_row(Text(key), *counts, Text(" ".join(row["servers"])))
+    console.print(t)
 
 
 def main(argv: list[str] | None = None) -> int:

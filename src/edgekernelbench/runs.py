@@ -82,6 +82,8 @@ class EvalConfig:
     measure: bool = True
     limits: Limits = field(default_factory=Limits)
     retry_infra: bool = True  # re-run records whose failure was the harness's, not the candidate's
+    tracker: str | None = None  # TVM RPC tracker HOST:PORT for profiles with an rpc_key (backends/rpc.py)
+    device_retries: int = 2  # a remote device lost mid-item: run the item again on another device
 
 
 def pending(store: RunStore, refs: list[CandidateRef], backend: str, retry_infra: bool) -> list[CandidateRef]:
@@ -94,7 +96,7 @@ def pending(store: RunStore, refs: list[CandidateRef], backend: str, retry_infra
     return out
 
 
-def evaluate_ref(ref: CandidateRef, backend: str, cfg: EvalConfig) -> Result:
+def evaluate_ref(ref: CandidateRef, backend: str, cfg: EvalConfig, tracker: str | None = None) -> Result:
     try:
         spec = load_candidate(ref.path, ref.problem)
     except MalformedCandidate as e:  # the candidate's own fault: recorded, the run goes on
@@ -113,8 +115,54 @@ def evaluate_ref(ref: CandidateRef, backend: str, cfg: EvalConfig) -> Result:
         timing=asdict(cfg.timing),
         baselines=list(cfg.baselines),
         measure=cfg.measure,
+        tracker=tracker,
+        timeout_s=cfg.limits.timeout_s,
     )
-    return run_in_worker(job, cfg.limits)
+    res = run_in_worker(job, cfg.limits)
+    lost = []
+    for _ in range(cfg.device_retries if tracker else 0):
+        if not (res.reason == "infra" and res.extra.get("device_lost")):
+            break
+        log.warning("%s#%d on %s: %s; trying another device", ref.problem, ref.sample, backend, res.detail)
+        lost.append(res.detail)
+        res = run_in_worker(job, cfg.limits)
+    if lost:
+        res.extra["devices_lost"] = lost  # earlier tries of this item, on devices that went away
+    return res
+
+
+def device_plan(backend: str, cfg: EvalConfig) -> tuple[str | None, int]:
+    """(tracker, devices) when `backend` runs on remote devices (its profile's rpc_key has devices on the
+    tracker, or its run is "remote"); (None, 1) for a local or emulated backend."""
+    from .backends.registry import get_profile
+
+    profile = get_profile(backend, cfg.threads)
+    if not (cfg.tracker or profile.run == "remote"):
+        return None, 1
+    from .backends.rpc import remote_plan
+
+    tracker, n = remote_plan(profile, cfg.tracker)
+    return (tracker, max(1, n)) if tracker else (None, 1)
+
+
+def _evaluate_all(todo, backend, cfg, tracker, workers):
+    """Yields (ref, Result) as items finish: in order for one worker; with several (one per remote device),
+    from parallel threads, each driving one worker process."""
+    if workers <= 1 or len(todo) <= 1:
+        for ref in todo:
+            yield ref, evaluate_ref(ref, backend, cfg, tracker)
+        return
+    import ctypes  # noqa: F401  (imported before threads fork workers: their preexec_fn uses it)
+    from concurrent.futures import ThreadPoolExecutor, as_completed
+
+    with ThreadPoolExecutor(max_workers=min(workers, len(todo)), thread_name_prefix="ekb-device") as pool:
+        futures = {pool.submit(evaluate_ref, ref, backend, cfg, tracker): ref for ref in todo}
+        try:
+            for fut in as_completed(futures):
+                yield futures[fut], fut.result()
+        finally:
+            for fut in futures:
+                fut.cancel()
 
 
 def eval_run(
@@ -139,16 +187,17 @@ def eval_run(
                 "trials": cfg.trials,
                 "timing": asdict(cfg.timing),
                 "baselines": list(cfg.baselines),
+                "tracker": cfg.tracker,
             },
         )
         for backend in cfg.backends:
             todo = pending(store, refs, backend, cfg.retry_infra)
             counts["skipped"] += len(refs) - len(todo)
+            tracker, workers = device_plan(backend, cfg) if todo else (None, 1)
             if on_start:
                 on_start(backend, len(todo))
             peak = backend_peak(store, backend, cfg.threads) if cfg.measure and todo else None
-            for ref in todo:
-                res = evaluate_ref(ref, backend, cfg)
+            for _ref, res in _evaluate_all(todo, backend, cfg, tracker, workers):
                 if peak and res.correct and res.runtime:
                     res.extra["roofline"] = metrics.roofline(
                         res.flops, res.bytes, res.runtime.median, peak["flops"], peak["bandwidth"]
@@ -161,8 +210,33 @@ def eval_run(
     return counts
 
 
+def profile_peak(profile, threads: int) -> dict | None:
+    """The profile's own peaks when `ekb peak` measured them (peak_source "measured: ...") with this
+    thread count (or a source that names none); else None."""
+    if not (profile.peak_flops and profile.peak_bandwidth and profile.peak_source.startswith("measured")):
+        return None
+    m = re.search(r"(\d+) thread", profile.peak_source)
+    if m and int(m.group(1)) != threads:
+        return None
+    return {
+        "flops": float(profile.peak_flops),
+        "bandwidth": float(profile.peak_bandwidth),
+        "threads": threads,
+        "target": json.dumps(profile.target, sort_keys=True),
+        "source": profile.peak_source,
+    }
+
+
 def backend_peak(store: RunStore, backend: str, threads: int) -> dict | None:
-    """The backend's measured peaks, cached in the run store (measured once per run directory)."""
+    """The backend's peaks for the roofline: the profile's when measured by `ekb peak` (same thread
+    count), else measured here once per run directory (cached in the run store), else the profile's
+    datasheet figures when the backend cannot be measured here."""
+    from .backends.registry import get_profile
+
+    profile = get_profile(backend, threads)
+    peak = profile_peak(profile, threads)
+    if peak:
+        return peak
     key = f"peak:{backend}:{threads}"
     cached = store.get_meta(key)
     if cached:
@@ -170,10 +244,19 @@ def backend_peak(store: RunStore, backend: str, threads: int) -> dict | None:
     peak = measure_peak_isolated(backend, threads)
     if peak:
         store.set_meta(key, peak)
+    elif profile.peak_flops and profile.peak_bandwidth:
+        peak = {
+            "flops": float(profile.peak_flops),
+            "bandwidth": float(profile.peak_bandwidth),
+            "threads": threads,
+            "source": profile.peak_source,
+        }
     return peak
 
 
-def measure_peak_isolated(backend: str, threads: int) -> dict | None:
+def measure_peak_isolated(backend: str, threads: int, mib: int | None = None) -> dict | None:
+    """Measures the backend's peaks with backends/peak.py in a fresh process whose thread pool has
+    `threads` threads (local backends only; None otherwise or on failure). `mib`: bandwidth buffer."""
     from .backends.host import resolve_target
     from .backends.registry import get_profile
 
@@ -190,6 +273,7 @@ def measure_peak_isolated(backend: str, threads: int) -> dict | None:
         json.dumps(resolve_target(profile)),
         "--threads",
         str(threads),
+        *(["--mib", str(mib)] if mib else []),
     ]
     try:
         out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, check=True).stdout

@@ -5,6 +5,8 @@
     results(problem, sample, backend, status, record JSON, created)   key (problem, sample, backend)
     baselines(problem, backend, baseline, record JSON, created)        key (problem, backend, baseline)
     meta(key, value JSON)
+    generations(problem, sample, record JSON, created)                  key (problem, sample)
+      (one record per LLM-generated sample: model, template + hash, tokens, cost, error; llm/generate.py)
 
 The database runs in WAL mode with ``synchronous=NORMAL`` and every write is its own committed
 transaction, so a process killed mid-run (even by SIGKILL) loses at most the item it was
@@ -56,6 +58,13 @@ _SCHEMA = (
         value TEXT NOT NULL
     )""",
     "CREATE INDEX IF NOT EXISTS results_backend ON results (backend)",
+    """CREATE TABLE IF NOT EXISTS generations (
+        problem TEXT NOT NULL,
+        sample INTEGER NOT NULL,
+        record TEXT NOT NULL,
+        created REAL NOT NULL,
+        PRIMARY KEY (problem, sample)
+    )""",
 )
 
 
@@ -269,6 +278,22 @@ class RunStore:
             return None
         d = json.loads(row[0])
         return {"timing": d.get("timing"), "extra": d.get("extra") or {}, "created": row[1]}
+
+    # --- generations ---------------------------------------------------------------------------
+
+    def put_generation(self, problem: str, sample: int, record: dict) -> None:
+        """Inserts or replaces the generation record of (problem, sample)."""
+        self._db.execute(
+            "INSERT INTO generations (problem, sample, record, created) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT (problem, sample) DO UPDATE SET "
+            "record = excluded.record, created = excluded.created",
+            (problem, int(sample), _dumps(record), time.time()),
+        )
+
+    def generations(self) -> list[dict]:
+        """Every generation record, ordered by (problem, sample)."""
+        rows = self._db.execute("SELECT record FROM generations ORDER BY problem, sample")
+        return [json.loads(r) for (r,) in rows]
 
     # --- meta ----------------------------------------------------------------------------------
 

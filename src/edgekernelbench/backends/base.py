@@ -10,6 +10,8 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass, field, replace
 
+from ..errors import EKBError
+
 
 @dataclass(frozen=True)
 class BackendProfile:
@@ -85,6 +87,16 @@ class Backend(abc.ABC):
         """Opens a place to run built modules (this process, an emulator, a remote device)."""
 
 
+class DeviceFailure(EKBError):
+    """The place a candidate runs failed in a way its error alone does not explain: a lost device
+    (reason "infra"; `retry`: another device may do), a session the device ended after its time limit
+    ("timeout"), or a session that died while the device stayed up ("crash")."""
+
+    def __init__(self, reason: str, message: str, retry: bool = False):
+        self.reason, self.retry = reason, retry
+        super().__init__(message)
+
+
 class Session(abc.ABC):
     device: object
 
@@ -93,6 +105,15 @@ class Session(abc.ABC):
 
     @abc.abstractmethod
     def load(self, built: Built) -> Loaded: ...
+
+    def diagnose(self, error: BaseException) -> DeviceFailure | None:
+        """After `error` was raised while using this session: a DeviceFailure when the session or its
+        device is at fault rather than the candidate, else None. Local sessions never are."""
+        return None
+
+    def describe(self) -> dict:
+        """What the record should say about where it ran (e.g. the remote device), for Result.extra."""
+        return {}
 
 
 class Loaded(abc.ABC):

@@ -94,8 +94,9 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--target", required=True, help="TVM target as JSON")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--lanes", type=int, default=16)
+    ap.add_argument("--mib", type=int, default=64, help="bandwidth buffer (MiB; larger than the LLC)")
     args = ap.parse_args(argv)
-    print(json.dumps(asdict(measure_peak(json.loads(args.target), args.threads, args.lanes))))
+    print(json.dumps(asdict(measure_peak(json.loads(args.target), args.threads, args.lanes, args.mib))))
     return 0
 
 

@@ -23,8 +23,8 @@ class ProfileError(EKBError):
 
 def user_profile_files(run_dir: Path | None = None) -> list[Path]:
     files = [Path.home() / ".config" / "edgekernelbench" / "profiles.toml"]
-    if os.environ.get("EKB_PROFILES"):
-        files.append(Path(os.environ["EKB_PROFILES"]))
+    # EKB_PROFILES: one path, or several separated by os.pathsep (workers get the parent's list)
+    files += [Path(f) for f in os.environ.get("EKB_PROFILES", "").split(os.pathsep) if f]
     if run_dir is not None:
         files.append(Path(run_dir) / "profiles.toml")
     return [f for f in files if f.is_file()]

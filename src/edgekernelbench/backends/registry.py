@@ -23,8 +23,27 @@ def get_profile(name: str, threads: int | None = None, run_dir: Path | None = No
     return profiles[name].with_threads(threads)
 
 
-def get_backend(name: str, threads: int | None = None, run_dir: Path | None = None) -> Backend:
+def get_backend(
+    name: str, threads: int | None = None, run_dir: Path | None = None, tracker: str | None = None
+) -> Backend:
+    """`tracker` (HOST:PORT of a TVM RPC tracker): a profile with an rpc_key runs on a device registered
+    under that key when the tracker has one (a profile with run = "remote" always does, on the default
+    tracker when none is given); otherwise as its profile says (e.g. emulated)."""
     profile = get_profile(name, threads, run_dir)
+    if tracker or profile.run == "remote":
+        from .rpc import remote_backend
+
+        remote = remote_backend(profile, tracker)
+        if remote is not None:
+            return remote
+    if profile.kind == "gpu":
+        from .gpu import GPUBackend
+
+        return GPUBackend(profile)
+    if profile.kind == "cross":
+        from .cross import CrossBackend
+
+        return CrossBackend(profile)
     from .host import LocalBackend
 
     return LocalBackend(profile)

@@ -21,20 +21,27 @@ def measure_baselines(
     timing: TimingConfig | None = None,
     force: bool = False,
     on_result: Callable[[str, bool], None] | None = None,
+    tracker: str | None = None,
 ) -> dict:
     """Returns {problem id: {"reference": s, "tvm-default": s, "onnxruntime": s}} (median seconds/call)."""
     out: dict[str, dict[str, float]] = {}
+    from ..backends.registry import get_profile
+
+    prof = get_profile(backend, threads)
+    remote = bool(prof.rpc_key) and (bool(tracker) or prof.run == "remote")  # no onnxruntime there
     with RunStore(run_dir) as store:
         have = store.baselines(backend)
         for p in problems:
-            names = ("reference", "tvm-default", "onnxruntime")
+            names = ("reference", "tvm-default") if remote else ("reference", "tvm-default", "onnxruntime")
             if not force and all((p.id, backend, n) in have for n in names):
                 out[p.id] = {n: have[(p.id, backend, n)]["timing"]["median"] for n in names}
                 if on_result:
                     on_result(p.id, True)
                 continue
             spec = KernelSpec(problem=p.id, module=build_reference(p).script(), method="reference")
-            res = evaluate(p, spec, backend, threads=threads, trials=1, timing=timing, profile=True)
+            res = evaluate(
+                p, spec, backend, threads=threads, trials=1, timing=timing, profile=True, tracker=tracker
+            )
             times = {}
             if res.correct and res.runtime:
                 extra = {"threads": threads, "flops": res.flops, "bytes": res.bytes}

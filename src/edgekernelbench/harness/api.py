@@ -26,8 +26,12 @@ def evaluate(
     measure: bool = True,
     profile: bool = False,
     limits: Limits | None = None,
+    tracker: str | None = None,
+    device_retries: int = 2,
 ) -> Result:
-    """Judges one candidate: a KernelSpec, a path to a candidate file, or TVMScript module text."""
+    """Judges one candidate: a KernelSpec, a path to a candidate file, or TVMScript module text.
+    `tracker` (HOST:PORT): a backend whose profile has an rpc_key runs on a device of that key
+    (backends/rpc.py); a device lost mid-run is retried on another one up to `device_retries` times."""
     problem_id = problem if isinstance(problem, str) else problem.id
     source = ""
     if isinstance(candidate, Path):
@@ -49,4 +53,19 @@ def evaluate(
         measure=measure,
         profile=profile,
     )
-    return run_in_worker(job, limits or Limits())
+    limits = limits or Limits()
+    job.timeout_s = limits.timeout_s
+    if tracker is None:
+        from ..backends.registry import get_profile
+
+        if get_profile(backend).run == "remote":
+            from ..backends.rpc import default_tracker
+
+            tracker = default_tracker()  # read here: the worker's environment is clean
+    job.tracker = tracker
+    res = run_in_worker(job, limits)
+    for _ in range(device_retries if tracker else 0):
+        if not (res.reason == "infra" and res.extra.get("device_lost")):
+            break
+        res = run_in_worker(job, limits)
+    return res

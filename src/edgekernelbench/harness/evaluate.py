@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 
-from ..errors import DecisionError, MalformedCandidate, SignatureMismatch
+from ..errors import DecisionError, MalformedCandidate, SignatureMismatch, ToolchainMissing
 from .executor import GraphError, KernelFault, KernelRunner
 from .job import Job
 from .result import Correctness, Result
@@ -164,12 +164,15 @@ def check_correctness(runner: Runner, problem, oracle, trials: int, seed: int) -
             expected = oracle.run(inputs)  # the oracle
             second = runner.run_vm(inputs)  # candidate again, through the VM
         except KernelFault as e:
+            raise_device_failure(runner.session, e)
             c.reason, c.detail, c.first_failing_trial = e.reason, str(e), t
             return c
         except GraphError as e:
+            raise_device_failure(runner.session, e)
             c.reason, c.detail, c.first_failing_trial = "signature", str(e), t
             return c
         except Exception as e:
+            raise_device_failure(runner.session, e)
             c.reason, c.detail, c.first_failing_trial = "runtime_error", _last_line(e), t
             return c
         if any(not np.array_equal(inputs[k], originals[k]) for k in inputs):
@@ -194,8 +197,38 @@ def _last_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {lines[-1] if lines else ''}"[:1000]
 
 
+def raise_device_failure(session, error: BaseException) -> None:
+    """Raises the session's DeviceFailure when `error` was the device's fault (a remote device lost,
+    its session ended), so the candidate is not blamed for it."""
+    diagnose = getattr(session, "diagnose", None)
+    failure = diagnose(error) if diagnose else None
+    if failure is not None:
+        raise failure from error
+
+
 def run_job(job: Job) -> Result:
-    """The worker's work: everything for one candidate, in this process."""
+    """The worker's work: everything for one candidate, in this process. A failure of the device it runs
+    on (see Session.diagnose) is recorded with the device's reason: "infra" (with extra["device_lost"]
+    when another device may do), "timeout" or "crash"."""
+    state: dict = {}
+    try:
+        res = _run_job(job, state)
+    except Exception as e:
+        session = state.get("session")
+        failure = session.diagnose(e) if session is not None and hasattr(session, "diagnose") else None
+        if failure is None:
+            raise
+        res = state["res"]
+        res.failure(failure.reason, str(failure))
+        if failure.retry:
+            res.extra["device_lost"] = True
+        res = _done(res, state["t_start"])
+    if hasattr(state.get("session"), "describe"):
+        res.extra.update(state["session"].describe())
+    return res
+
+
+def _run_job(job: Job, state: dict) -> Result:
     from ..backends.registry import get_backend
     from ..baselines.onnxruntime import ort_timer
     from ..baselines.tvm_default import tvm_default_module
@@ -207,7 +240,9 @@ def run_job(job: Job) -> Result:
 
     t_start = time.perf_counter()
     problem = get_problem(job.problem)
-    backend = get_backend(job.backend, job.threads)
+    backend = get_backend(job.backend, job.threads, tracker=job.tracker)
+    if hasattr(backend, "session_timeout"):  # a remote device's session ends with the worker's limit
+        backend.session_timeout = job.timeout_s
     res = Result(
         problem=job.problem,
         sample=job.sample,
@@ -220,6 +255,7 @@ def run_job(job: Job) -> Result:
     res.spec_hash, res.method = spec.hash(), spec.method
     reference = build_reference(problem)
     session = backend.session()
+    state.update(res=res, session=session, t_start=t_start)
 
     # Trusted work first: baselines are built before any candidate text is parsed.
     baseline_built = {}
@@ -228,7 +264,10 @@ def run_job(job: Job) -> Result:
         baseline_built["tvm-default"] = (mod, backend.build(mod))
 
     try:
-        mod = materialize(spec, problem, reference)
+        schedule_traces: dict = {}
+        mod = materialize(spec, problem, reference, schedule_traces)
+        if schedule_traces:  # what a model's schedule_code did, as replayable traces
+            res.extra["schedule_traces"] = schedule_traces
     except MalformedCandidate as e:
         return _done(res.failure("parse_error", str(e)), t_start)
     except DecisionError as e:
@@ -241,19 +280,31 @@ def run_job(job: Job) -> Result:
         return _done(res.failure("signature", str(e)), t_start)
     try:
         built = backend.build(mod, spec.decisions.target_attrs)
+    except ToolchainMissing as e:  # this machine's fault, not the candidate's
+        return _done(res.failure("infra", str(e)), t_start)
     except Exception as e:
         return _done(res.failure("compile_error", _last_line(e) + "\n" + str(e)[-3000:]), t_start)
     res.compiled, res.compile_seconds = True, built.seconds
+    res.extra.update(getattr(built, "extra", None) or {})  # e.g. the generated device source (GPU)
     if not backend.profile.can_check:
         res.timing_status = "compile-only"
-        return _done(res.failure("infra", f"{backend.name} has no device to run on: compile-only"), t_start)
+        return _done(
+            res.failure(
+                "not_checked",
+                f"{backend.name}: compiled; correctness not checked: no device to run on here "
+                f"(run = {backend.profile.run})",
+            ),
+            t_start,
+        )
 
     oracle = Oracle(problem)
     try:
         runner = Runner(mod, built, session, reference)
     except (KernelFault, GraphError) as e:
+        raise_device_failure(session, e)
         return _done(res.failure(getattr(e, "reason", "signature"), str(e)), t_start)
     except Exception as e:
+        raise_device_failure(session, e)
         return _done(res.failure("runtime_error", "main_transform_params: " + _last_line(e)), t_start)
     res.correctness = check_correctness(runner, problem, oracle, job.trials, job.seed)
     if not res.correctness.correct:
@@ -272,7 +323,9 @@ def run_job(job: Job) -> Result:
         }
         for name, runner_b in baseline_runners.items():
             contenders[name] = runner_b.timer(inputs)
-        if "onnxruntime" in job.baselines:
+        if "onnxruntime" in job.baselines and backend.profile.run == "remote":
+            res.extra["not_measured"] = {"onnxruntime": "runs on the host, not on the remote device"}
+        elif "onnxruntime" in job.baselines:
             contenders["onnxruntime"] = ort_timer(problem, inputs, job.threads)
         timings = time_interleaved(contenders, TimingConfig(**job.timing))
         res.runtime = timings.pop("candidate")

@@ -29,6 +29,7 @@ ENV_ALLOW = (
     "OPENBLAS_CORETYPE",
     "OPENBLAS_L2_SIZE",
     "EKB_PROBLEM_MODULES",
+    "EKB_PROFILES",  # the user's backend profiles (a path), so the worker resolves the same backends
 )
 MEMORY_MARKERS = (
     "MemoryError",
@@ -49,10 +50,13 @@ class Limits:
 
 def worker_env(threads: int, home: str) -> dict[str, str]:
     env = {k: os.environ[k] for k in ENV_ALLOW if k in os.environ}
+    from ..backends.profiles import user_profile_files
     from ..problems.user import user_suite_dir
 
     env.update(
         EKB_USER_SUITE=str(user_suite_dir()),
+        # the parent's user profiles, resolved before HOME changes (dict keeps order, drops repeats)
+        EKB_PROFILES=os.pathsep.join(dict.fromkeys(str(f) for f in user_profile_files())),
         HOME=home,
         TMPDIR=home,
         TVM_NUM_THREADS=str(threads),

@@ -24,6 +24,8 @@ class Job:
     baselines: list[str] = field(default_factory=lambda: list(DEFAULT_BASELINES))
     measure: bool = True  # time the candidate and baselines when it is correct
     profile: bool = False  # also time each kernel call of main (candidate and tvm-default)
+    tracker: str | None = None  # TVM RPC tracker HOST:PORT: run on a device under the profile's rpc_key
+    timeout_s: float = 300.0  # the worker's wall-clock limit; a remote session gets the same
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

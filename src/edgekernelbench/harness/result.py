@@ -19,6 +19,7 @@ FAIL_REASONS = (
     "timeout",  # the worker ran past its wall-clock limit
     "memory",  # the worker ran past its memory limit
     "infra",  # the harness itself failed (not the candidate's fault)
+    "not_checked",  # compiled, but no device here to check it on (compile-only backend): not a verdict
 )
 
 
@@ -62,7 +63,7 @@ class Result:
     runtime: Timing | None = None
     baselines: dict[str, Timing] = field(default_factory=dict)
     speedups: dict[str, float] = field(default_factory=dict)  # baseline time / candidate time
-    timing_status: str = "not measured"  # measured | not measured | skipped: <why>
+    timing_status: str = "not measured"  # measured | not measured | compile-only | skipped: <why>
     flops: int = 0
     bytes: int = 0
     compile_seconds: float = 0.0

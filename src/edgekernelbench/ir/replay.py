@@ -228,9 +228,11 @@ def apply_graph_decisions(problem, passes: list[dict]):
     return strip_params(legalize_and_fuse(mod))
 
 
-def materialize(spec: KernelSpec, problem, reference):
+def materialize(spec: KernelSpec, problem, reference, record: dict | None = None):
     """Returns the candidate IRModule: its module text (a full module, or PrimFuncs that replace the
-    reference's), or the reference, with the spec's schedule decisions replayed per PrimFunc."""
+    reference's), or the reference, with the spec's schedule decisions replayed per PrimFunc, then its
+    `schedule_code` (if any) applied per PrimFunc; the traces that code made go into `record`
+    (PrimFunc name -> trace JSON)."""
     import tvm
     from tvm import relax
 
@@ -264,7 +266,45 @@ def materialize(spec: KernelSpec, problem, reference):
             )
         trace, where = combine_layers(spec.decisions.layer_traces(name))
         scheduled[name] = apply_trace(prim[name], trace, name, where).mod["main"]
+    if spec.schedule_code:
+        prim.update(scheduled)
+        scheduled.update(apply_schedule_code(spec.schedule_code, prim, record))
     return _replace_funcs(base, scheduled) if scheduled else base
+
+
+def apply_schedule_code(code: str, prim: dict, record: dict | None = None) -> dict:
+    """Runs a model's schedule code (inside the worker only): it defines `schedule(name, sch)`, called
+    once per PrimFunc with an s_tir.Schedule whose "main" is that PrimFunc. Returns the PrimFuncs it
+    changed; their traces (JSON) go into `record`."""
+    import tvm
+    from tvm import s_tir
+    from tvm.script import tirx as T
+
+    ns = {"tvm": tvm, "s_tir": s_tir, "T": T, "__name__": "ekb_schedule_code"}
+    try:
+        exec(compile(code, "<schedule_code>", "exec"), ns)  # noqa: S102 (worker process only)
+    except SyntaxError as e:
+        raise MalformedCandidate(f"schedule_code: Python syntax error: {e.msg} (line {e.lineno})") from e
+    except Exception as e:
+        raise MalformedCandidate(f"schedule_code: {type(e).__name__}: {_one_line(e)}") from e
+    fn = ns.get("schedule")
+    if not callable(fn):
+        raise MalformedCandidate("schedule_code must define a function schedule(name, sch)")
+    out = {}
+    for name, func in prim.items():
+        sch = s_tir.Schedule(_as_main(func))
+        try:
+            fn(name, sch)
+        except Exception as e:
+            step = len(sch.trace.insts)
+            raise DecisionError(
+                name, "loop", step, "schedule_code", f"{type(e).__name__}: {_one_line(e)}"
+            ) from e
+        if len(sch.trace.insts):
+            out[name] = sch.mod["main"]
+            if record is not None:
+                record[name] = trace_json(sch)
+    return out
 
 
 def buffer_signature(func) -> list[tuple[tuple[int, ...], str]]:

@@ -65,10 +65,20 @@ class KernelSpec:
     method: str = ""  # what produced it (e.g. "reference", "rules", "llm:gpt-x", "leka")
     notes: str = ""
     format_version: int = FORMAT_VERSION
+    # Python text (from a model) defining `schedule(name, sch)`: run in the WORKER only, once per PrimFunc
+    # of the module, on an s_tir.Schedule of it (ir/replay.py); never executed in the parent.
+    schedule_code: str | None = None
+    # how it was generated (model, template + hash, prompt hash, tokens, cost; a failed parse's text and
+    # error under "parse_error" / "response"): data only, never executed
+    metadata: dict = field(default_factory=dict)
 
     # ------------------------------------------------------------------ JSON
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        for key in ("schedule_code", "metadata"):  # omitted when unset: older specs keep their hash
+            if not d[key]:
+                d.pop(key)
+        return d
 
     def to_json(self, indent: int | None = 1) -> str:
         return json.dumps(self.to_dict(), indent=indent, sort_keys=True)
@@ -104,8 +114,20 @@ class KernelSpec:
                 _check_trace(trace, f"{source}: decisions.{layer}['{func}']")
         if not isinstance(dec.graph, dict) or not isinstance(dec.graph.get("passes", []), list):
             raise MalformedCandidate(f"{source}: decisions.graph must be {{'passes': [...]}}")
-        if module is None and dec.is_empty():
-            raise MalformedCandidate(f"{source}: a spec needs a 'module' or at least one decision")
+        code = d.get("schedule_code")
+        if code is not None and not isinstance(code, str):
+            raise MalformedCandidate(f"{source}: 'schedule_code' must be Python text")
+        metadata = d.get("metadata") or {}
+        if not isinstance(metadata, dict):
+            raise MalformedCandidate(f"{source}: 'metadata' must be an object")
+        if metadata.get("parse_error"):  # a model answer without usable code: the candidate's failure
+            raise MalformedCandidate(
+                f"{source}: no usable code in the model's response: {metadata['parse_error']}"
+            )
+        if module is None and dec.is_empty() and not code:
+            raise MalformedCandidate(
+                f"{source}: a spec needs a 'module' or at least one decision (or 'schedule_code')"
+            )
         return cls(
             problem=d["problem"],
             module=module,
@@ -113,6 +135,8 @@ class KernelSpec:
             method=str(d.get("method", "")),
             notes=str(d.get("notes", "")),
             format_version=int(d.get("format_version", FORMAT_VERSION)),
+            schedule_code=code,
+            metadata=metadata,
         )
 
     @classmethod

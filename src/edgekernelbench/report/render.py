@@ -18,6 +18,7 @@ __all__ = [
     "CSV_FIELDS",
     "fmt_pct",
     "fmt_speedup",
+    "render_backend_matrix",
     "render_problem_table",
     "render_table",
     "render_tables",
@@ -40,6 +41,7 @@ CSV_FIELDS = (
 )
 
 _NONE = "-"
+_STATUS_STYLE = {"correct": "green", "compile-only": "yellow"}
 
 
 def fmt_pct(x: float | None) -> str:
@@ -121,6 +123,57 @@ def render_tables(summary: Summary, p_headline: float = 1.0) -> list[Table]:
     return [render_table(summary, p_headline, b.backend) for b in summary.backends]
 
 
+def render_backend_matrix(
+    summary: Summary, p_headline: float = 1.0, baselines: Sequence[str] | None = None
+) -> Table:
+    """One table for all backends: a row per level (and "all"), a column group per backend with
+    Compile@1, Correct@1 and Fast@p_headline vs each baseline ("-" where not measured: a level the
+    backend has no results for, Correct@1 / Fast@p of a compile-only backend, a missing baseline)."""
+    p = _check_p(summary, p_headline)
+    bls = list(summary.baselines if baselines is None else baselines)
+    levels: list[str] = []
+    for bs in summary.backends:
+        for lv in bs.levels:
+            if lv.level not in levels:
+                levels.append(lv.level)
+    levels = sorted((lv for lv in levels if lv != "all"), key=_level_order) + (
+        ["all"] if "all" in levels else []
+    )
+    table = Table(title=Text("EdgeKernelBench: " + ", ".join(b.backend for b in summary.backends)))
+    table.add_column("level")
+    table.add_column("problems", justify="right")
+    metrics = [("Compile@1", None), ("Correct@1", None)] + [(f"Fast@{_p_label(p)}", b) for b in bls]
+    for bs in summary.backends:
+        for k, (name, b) in enumerate(metrics):
+            head = bs.backend if k == 0 else ""
+            label = f"{name}\n" if b is None else f"{name}\nvs {b}"
+            # a column group per backend: its name heads the group's first column, on its own line
+            table.add_column(Text(f"{head}\n{label}", style="bold"), justify="right")
+    for name in levels:
+        found = [_level_or_none(bs, name) for bs in summary.backends]
+        problems = max((lv.problems for lv in found if lv is not None), default=0)
+        row = [name, str(problems)]
+        for lv in found:
+            if lv is None:
+                row += [_NONE] * len(metrics)
+                continue
+            row += [fmt_pct(lv.compile_at_1), fmt_pct(lv.correct_at_1)]
+            row += [fmt_pct(lv.fast.get(b, {}).get(p)) for b in bls]
+        table.add_row(*row, style="bold" if name == "all" else None)
+    return table
+
+
+def _level_order(name: str):
+    return (0, int(name[1:])) if name[1:].isdigit() else (1, name)
+
+
+def _level_or_none(bs, name: str):
+    try:
+        return bs.level(name)
+    except KeyError:
+        return None
+
+
 def to_json(summary: Summary, indent: int | None = 2) -> str:
     """The summary as JSON (Fast@p keys are the p values as strings, e.g. "1.0")."""
     return json.dumps(summary.to_dict(), indent=indent)
@@ -187,7 +240,7 @@ def render_problem_table(
             Text(r["problem"]),
             Text(r["backend"]),
             str(r["sample"]),
-            Text(r["status"], style="green" if r["status"] == "correct" else "red"),
+            Text(r["status"], style=_STATUS_STYLE.get(r["status"], "red")),
             _NONE if r["runtime_us"] is None else f"{r['runtime_us']:.1f}",
             *[fmt_speedup(r["speedups"].get(b)) for b in bls],
             Text(r["detail"]),

@@ -29,6 +29,7 @@ __all__ = [
 DEFAULT_BASELINES = ("tvm-default", "onnxruntime")
 DEFAULT_PS = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)
 ALL = "all"
+NOT_CHECKED = "not_checked"  # Result.reason of a sample compiled on a backend that cannot run it
 
 
 def level_label(level: int | None) -> str:
@@ -46,6 +47,7 @@ class LevelSummary:
     fast: dict[str, dict[float, float | None]] = field(default_factory=dict)  # baseline -> p -> Fast@p
     geomean_speedup: dict[str, float | None] = field(default_factory=dict)  # baseline -> geomean
     roofline_fraction: float | None = None  # mean over correct samples that carry one
+    not_checked: int = 0  # samples that compiled on a backend with no device to check them on
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -100,15 +102,30 @@ def _level_summary(name: str, results: list[Result], baselines: Sequence[str], p
     groups = metrics.outcomes(results)
     compile1 = metrics.compile_at_k(results, 1)
     correct1 = metrics.correct_at_k(results, 1)
+    not_checked = sum(1 for r in results if r.reason == NOT_CHECKED)
+    # a compile-only backend (nothing could be run) has no Correct@1 / Fast@p: "-", not 0%
+    checked = not not_checked or any(r.correct or r.correctness is not None for r in results)
+    # a backend that cannot time (emulated, compile-only) or a baseline that cannot run there (ONNX
+    # Runtime on a remote board): correct samples exist but none has that speedup, so Fast@p is
+    # unknown ("-"), not 0%; a backend whose candidates are all wrong still gets 0%
+    any_correct = any(r.correct for r in results)
+
+    def known(b: str) -> bool:
+        return checked and (not any_correct or any(b in r.speedups for r in results))
+
     return LevelSummary(
         level=name,
         problems=len(groups),
         samples=len(results),
         compile_at_1=compile1.value,
-        correct_at_1=correct1.value,
-        fast={b: {float(p): metrics.fast_at_k(results, p, b, 1).value for p in ps} for b in baselines},
+        correct_at_1=correct1.value if checked else None,
+        fast={
+            b: {float(p): metrics.fast_at_k(results, p, b, 1).value if known(b) else None for p in ps}
+            for b in baselines
+        },
         geomean_speedup={b: metrics.geomean_speedup(results, b) for b in baselines},
         roofline_fraction=metrics.mean_roofline_fraction(results),
+        not_checked=not_checked,
     )
 
 
@@ -141,9 +158,12 @@ def summarize(
 
 
 def sample_status(r: Result) -> str:
-    """ "correct", else the failure reason, else "incorrect" / "not compiled"."""
+    """ "correct", "compile-only" (compiled, not checked: no device), else the failure reason,
+    else "incorrect" / "not compiled"."""
     if r.correct:
         return "correct"
+    if r.reason == NOT_CHECKED:
+        return "compile-only"
     if r.reason:
         return r.reason
     return "incorrect" if r.compiled else "not compiled"
@@ -153,6 +173,14 @@ def _short(text: str, limit: int = 120) -> str:
     lines = [ln.strip() for ln in (text or "").strip().splitlines() if ln.strip()]
     line = lines[-1] if lines else ""  # compiler errors put the message last
     return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _compile_only_detail(r: Result) -> str:
+    kernels = r.extra.get("device_kernels") or []
+    lang = r.extra.get("device_language") or "device"
+    if not kernels:
+        return "compiled; no device here to check it on"
+    return _short(f"{lang} kernels: {', '.join(kernels)}")
 
 
 def per_problem_rows(results: Iterable[Result], baselines: Sequence[str] | None = None) -> list[dict]:
@@ -172,7 +200,11 @@ def per_problem_rows(results: Iterable[Result], baselines: Sequence[str] | None 
                 "backend": r.backend,
                 "sample": r.sample,
                 "status": sample_status(r),
-                "detail": "" if r.correct else _short(r.detail),
+                "detail": _compile_only_detail(r)
+                if r.reason == NOT_CHECKED
+                else ""
+                if r.correct
+                else _short(r.detail),
                 "runtime_us": r.runtime.median * 1e6 if r.runtime is not None else None,
                 "speedups": {b: r.speedups.get(b) for b in baselines},
             }

@@ -1,0 +1,244 @@
+"""GPU and accelerator backends: device code generation for CUDA, OpenCL, Metal and WebGPU profiles.
+
+No GPU is needed to build: TVM generates the device source (CUDA C, OpenCL C, Metal Shading Language,
+WGSL) and compiles the launcher for the profile's host. Building keeps that source, for the Result.
+
+The silent failure this backend guards against: a PrimFunc whose loops are not bound to GPU threads
+(blockIdx / threadIdx) gets no device kernel -- TVM compiles its loops as host code that reads device
+memory, without an error. `build` therefore checks, after the Relax lowering pipeline and before code
+generation, that every buffer store of every PrimFunc sits under a thread binding, and raises
+`UnboundLoops` naming the PrimFuncs that do not; the harness records that as a compile error.
+
+Running on a device (timing, correctness) needs a reachable one; the built-in GPU profiles are
+compile-only, so the harness reports "compiled, correctness not checked" for them.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+
+from ..errors import EKBError
+from .base import Backend, Built, Loaded, Session
+
+DEVICE_MODULE_KINDS = ("cuda", "opencl", "metal", "webgpu", "vulkan", "hip", "rocm")
+SOURCE_LANGUAGE = {
+    "cuda": "cuda",
+    "opencl": "opencl",
+    "metal": "metal",
+    "webgpu": "wgsl",
+    "vulkan": "spirv",
+    "hip": "hip",
+    "rocm": "hip",
+}
+MAX_SOURCE_CHARS = 32_000  # device source kept in a Result (per candidate, in the run store)
+_THREAD_ATTRS = ("thread_extent", "virtual_thread")
+_KERNEL_RE = {
+    "cuda": re.compile(r"__global__\s+void\s+(?:__launch_bounds__\(\d+\)\s+)?(\w+)\s*\("),
+    "hip": re.compile(r"__global__\s+void\s+(?:__launch_bounds__\(\d+\)\s+)?(\w+)\s*\("),
+    "opencl": re.compile(r"__kernel\s+void\s+(\w+)\s*\("),
+    "metal": re.compile(r"kernel\s+void\s+(\w+)\s*\("),
+    "wgsl": re.compile(r"@compute[^\n]*\n\s*fn\s+(\w+)\s*\("),
+}
+
+
+class UnboundLoops(EKBError):
+    """PrimFuncs with work outside any GPU thread binding: they would get no device kernel."""
+
+    def __init__(self, funcs: dict[str, list[str]], target_kind: str):
+        self.funcs = funcs
+        parts = []
+        for name, blocks in sorted(funcs.items()):
+            where = f" (blocks {', '.join(blocks[:4])}{', ...' if len(blocks) > 4 else ''})" if blocks else ""
+            parts.append(f"{name}{where}")
+        super().__init__(
+            f"loops not bound to GPU threads (blockIdx/threadIdx) in PrimFunc(s) {'; '.join(parts)}: "
+            f"TVM gives them no {target_kind} device code and compiles them as host code; bind the loops "
+            f"(sch.bind) or schedule with dlight's GPU rules"
+        )
+
+
+@dataclass
+class GPUBuilt(Built):
+    """A device build: the executable, plus the generated device source and its kernel names."""
+
+    device_source: str = ""
+    language: str = ""
+    device_kernels: list[str] = field(default_factory=list)
+
+    @property
+    def extra(self) -> dict:
+        """What the harness puts in Result.extra."""
+        src = self.device_source
+        out = {
+            "device_language": self.language,
+            "device_kernels": list(self.device_kernels),
+            "device_source": src[:MAX_SOURCE_CHARS],
+        }
+        if len(src) > MAX_SOURCE_CHARS:
+            out["device_source_truncated"] = {"kept": MAX_SOURCE_CHARS, "total": len(src)}
+        return out
+
+
+# ---------------------------------------------------------------------------------- IR check
+def _unbound_blocks(stmt, bound: bool, block: str, out: list[str]) -> None:
+    """Appends the name of the enclosing block of every BufferStore not under a thread binding."""
+    from tvm import s_tir, tirx
+
+    if stmt is None:
+        return
+    if isinstance(stmt, tirx.BufferStore):
+        if not bound:
+            out.append(block)
+        return
+    if isinstance(stmt, tirx.For):
+        _unbound_blocks(stmt.body, bound or stmt.kind == tirx.ForKind.THREAD_BINDING, block, out)
+    elif isinstance(stmt, tirx.AttrStmt):
+        _unbound_blocks(stmt.body, bound or str(stmt.attr_key) in _THREAD_ATTRS, block, out)
+    elif isinstance(stmt, tirx.SeqStmt):
+        for s in stmt.seq:
+            _unbound_blocks(s, bound, block, out)
+    elif isinstance(stmt, tirx.IfThenElse):
+        _unbound_blocks(stmt.then_case, bound, block, out)
+        _unbound_blocks(stmt.else_case, bound, block, out)
+    elif isinstance(stmt, s_tir.SBlockRealize):
+        _unbound_blocks(stmt.block, bound, block, out)
+    elif isinstance(stmt, s_tir.SBlock):
+        name = str(stmt.name_hint)
+        _unbound_blocks(stmt.init, bound, name, out)
+        _unbound_blocks(stmt.body, bound, name, out)
+    else:
+        body = getattr(stmt, "body", None)  # While, and any other statement with a body
+        if isinstance(body, tirx.Stmt):
+            _unbound_blocks(body, bound, block, out)
+
+
+def unbound_primfuncs(mod) -> dict[str, list[str]]:
+    """PrimFunc name -> names of the blocks whose stores are outside any GPU thread binding
+    (thread-bound loop or thread_extent attribute); PrimFuncs without such stores are left out."""
+    import tvm
+
+    found: dict[str, list[str]] = {}
+    for gv, func in mod.functions.items():
+        if not isinstance(func, tvm.tirx.PrimFunc):
+            continue
+        blocks: list[str] = []
+        _unbound_blocks(func.body, False, "", blocks)
+        if blocks:
+            names = [b for b in dict.fromkeys(blocks) if b and b != "root"]
+            found[gv.name_hint] = names
+    return found
+
+
+def device_modules(rt_mod) -> list:
+    """The device modules imported (at any depth) by a runtime module: the host library of a Relax
+    VM executable imports them (`ex.mod.imports[0].imports`), a TIR build imports them directly."""
+    out, stack, seen = [], [rt_mod], set()
+    while stack:
+        m = stack.pop()
+        if id(m) in seen:
+            continue
+        seen.add(id(m))
+        if m.kind in DEVICE_MODULE_KINDS:
+            out.append(m)
+        stack.extend(m.imports)  # kind and imports only: a foreign-host LLVM module cannot be JIT-ed here
+    return out
+
+
+def kernel_names(source: str, language: str) -> list[str]:
+    rx = _KERNEL_RE.get(language)
+    return list(dict.fromkeys(rx.findall(source))) if rx else []
+
+
+# ---------------------------------------------------------------------------------- backend
+class GPUBackend(Backend):
+    """Builds for a GPU target (with its host) and keeps the device source. Compile-only here."""
+
+    def target(self, extra_attrs=None):
+        import tvm
+
+        t = dict(self.profile.target)
+        t.update(extra_attrs or {})
+        return tvm.target.Target(t, host=self.profile.host or {"kind": "llvm"})
+
+    def build(self, mod, extra_attrs=None) -> GPUBuilt:
+        import tvm
+        from tvm import relax
+
+        from .host import primfunc_library
+
+        target = self.target(extra_attrs)
+        t0 = time.perf_counter()
+        with target:
+            lowered = relax.get_pipeline("default_build")(mod)  # what tvm.compile would run
+        unbound = unbound_primfuncs(lowered)
+        if unbound:
+            raise UnboundLoops(unbound, target.kind.name)
+        graph = tvm.compile(lowered, target, relax_pipeline=None)
+        devs = device_modules(graph.mod)
+        if not devs and any(isinstance(f, tvm.tirx.PrimFunc) for f in lowered.functions.values()):
+            names = sorted(
+                gv.name_hint for gv, f in lowered.functions.items() if isinstance(f, tvm.tirx.PrimFunc)
+            )
+            raise UnboundLoops({n: [] for n in names}, target.kind.name)
+        kernels = tvm.compile(primfunc_library(mod), target) if self.profile.can_check else None
+        language = SOURCE_LANGUAGE.get(target.kind.name, target.kind.name)
+        source = "\n".join(m.inspect_source() for m in devs)  # NB inspect_source("cu") returns ""
+        return GPUBuilt(
+            graph,
+            kernels,
+            time.perf_counter() - t0,
+            device_source=source,
+            language=language,
+            device_kernels=kernel_names(source, language),
+        )
+
+    def session(self) -> Session:
+        if self.profile.can_check:  # a device to run on: that is the RPC backend's job (rpc.py)
+            raise EKBError(
+                f"{self.name}: run = {self.profile.run} needs a device session; GPU profiles run on a "
+                f"device only through a TVM RPC tracker (run = remote)"
+            )
+        return CompileOnlySession(self.name, self.profile.run)
+
+
+class CompileOnlySession(Session):
+    """Nothing to run on: the profile's device is not reachable from here."""
+
+    device = None
+
+    def __init__(self, backend: str, run: str):
+        self.backend, self.run = backend, run
+
+    def _fail(self):
+        raise EKBError(
+            f"{self.backend}: no device to run on here (run = {self.run}); GPU profiles build device code "
+            f"only, running needs the device (a TVM RPC tracker for run = remote)"
+        )
+
+    def to_device(self, array):
+        self._fail()
+
+    def load(self, built: Built) -> Loaded:
+        self._fail()
+
+
+# ---------------------------------------------------------------------------------- candidates
+def gpu_default_spec(problem, profile):
+    """A working GPU candidate: the reference with dlight's default GPU schedule (threads bound),
+    as module text. The unscheduled reference has no thread bindings and fails to build for a GPU."""
+    from ..baselines.tvm_default import tvm_default_module
+    from ..ir.spec import KernelSpec
+    from ..reference import build_reference_uncached, module_script
+
+    backend = GPUBackend(profile)
+    ref = build_reference_uncached(problem)
+    mod = tvm_default_module(ref.module, backend.target())
+    return KernelSpec(
+        problem=problem.id,
+        module=module_script(mod),
+        method=f"dlight-gpu:{profile.name}",
+        notes=f"reference scheduled with dlight's default GPU rules for {profile.name} "
+        f"({profile.target.get('kind')})",
+    )
