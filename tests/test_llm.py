@@ -73,11 +73,15 @@ SCHEDULE_CODE = """def schedule(name, sch):
 
 # ------------------------------------------------------------------------------------- prompts
 def test_prompt_snapshot():
+    from edgekernelbench.tvm_env import host_cpu_name
+
     prompt = build_prompt(get_problem(TINY), get_profile("host-cpu"), "direct")
+    assert f'"mcpu": "{host_cpu_name()}"' in prompt.user  # the model is told the real CPU
+    text = prompt.user.replace(host_cpu_name(), "HOST_CPU")  # the snapshot holds on any machine
     path = SNAPSHOTS / "prompt_direct_tiny_scale_add.txt"
-    if os.environ.get("EKB_UPDATE_SNAPSHOTS") or not path.exists():
-        path.write_text(prompt.user)
-    assert prompt.user == path.read_text(), "prompt changed: rerun with EKB_UPDATE_SNAPSHOTS=1 and review"
+    if os.environ.get("EKB_UPDATE_SNAPSHOTS"):
+        path.write_text(text)
+    assert text == path.read_text(), "prompt changed: rerun with EKB_UPDATE_SNAPSHOTS=1 and review"
     version, thash = template_info("direct")
     assert prompt.template_version == version == 1 and prompt.template_hash == thash
     for needle in (
@@ -390,3 +394,14 @@ def test_schedule_track_and_anthropic_run(tmp_path):
     assert "cost $0.0060" in p.stdout
     for f in _files(run):
         assert SECRET.encode() not in f.read_bytes(), f
+
+
+@pytest.mark.parametrize(
+    "model, needle",
+    [("foo:bar", "unknown model 'foo:bar'"), ("openai:gpt-4o", "OPENAI_API_KEY is not set")],
+)
+def test_bad_model_is_one_line_error(tmp_path, model, needle):
+    p = ekb("generate", "--model", model, "--problem", TINY, "--out", tmp_path / "r")
+    lines = [ln for ln in p.stderr.strip().splitlines() if ln.strip()]
+    assert p.returncode == 2 and len(lines) == 1 and needle in lines[0], p.stderr
+    assert not (tmp_path / "r").exists()

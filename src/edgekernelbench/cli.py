@@ -337,7 +337,7 @@ def _generate_llm(
     retries,
 ):
     from .llm.generate import GenConfig, generate_run
-    from .llm.providers import RetryPolicy
+    from .llm.providers import RetryPolicy, make_provider
 
     if profile is None:
         from .backends.registry import get_profile
@@ -354,6 +354,7 @@ def _generate_llm(
         cache_path=cache_path,
         policy=RetryPolicy(retries=retries, timeout_s=request_timeout),
     )
+    make_provider(model, cfg.policy)  # a bad model string or a missing key: one error line, up front
     with _progress() as prog:
         task = prog.add_task(f"generating ({model})", total=len(probs) * samples, status="")
 

@@ -14,6 +14,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..backends.host import resolve_target
+
 TEMPLATE_DIR = Path(__file__).parent / "templates"
 TRACKS = ("direct", "schedule")
 SHARED_TEMPLATES = ("tvm_facts.j2",)
@@ -108,7 +110,8 @@ def prompt_context(problem, profile) -> dict:
         "backend": {
             "name": profile.name,
             "description": profile.description or "-",
-            "target_json": json.dumps(profile.target, sort_keys=True),
+            # "mcpu": "native" resolved: the model is told the real CPU (and the thread count)
+            "target_json": json.dumps(resolve_target(profile), sort_keys=True),
             "vector_bits": profile.vector_bits,
             "vector_lanes": profile.vector_lanes,
             "threads": profile.threads,
