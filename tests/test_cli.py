@@ -102,6 +102,11 @@ def test_eval_report_and_malformed_candidates(tmp_path):
     )
     summary = json.loads((tmp_path / "r.json").read_text())
     assert summary and (tmp_path / "r.csv").read_text().startswith("backend,")
+    # the candidates came from two methods (TVMScript files, a spec): each gets its own metrics
+    by_method = summary["by_method"]
+    assert {"spec", "tvmscript-file"} <= set(by_method)
+    spec_all = by_method["spec"]["backends"][0]["levels"][-1]
+    assert spec_all["correct_at_1"] == 1.0 and spec_all["samples"] == 1
 
 
 def test_killed_eval_resumes_without_losing_records(tmp_path):

@@ -667,9 +667,25 @@ def _print_report(run_dir: Path, p: float = 1.0, per_problem: bool = False):
         console.print(table)
     if len(summary.backends) > 1:  # one spec, many backends: side by side
         console.print(render_backend_matrix(summary, p_headline=p))
+    by_method = summaries_by_method(results)
+    if len(by_method) > 1:  # several models / methods in one run: the metrics of each
+        for method, sub in by_method.items():
+            console.print(Text(f"candidates made by: {method}", style="bold"))
+            for table in render_tables(sub, p_headline=p):
+                console.print(table)
     for line in _generation_lines(run_dir):
         console.print(Text(line), soft_wrap=True)
     return summary
+
+
+def summaries_by_method(results) -> dict:
+    """The metrics of each method (model) that made candidates in a run: "llm:openai:gpt-4o", "rules", ..."""
+    from .report.summary import summarize
+
+    groups: dict[str, list] = {}
+    for r in results:
+        groups.setdefault(r.method or "unknown", []).append(r)
+    return {m: summarize(rs) for m, rs in sorted(groups.items())}
 
 
 def _generation_lines(run_dir: Path) -> list[str]:
@@ -715,6 +731,10 @@ def report(run_dir, p, per_problem, json_path, csv_path):
         data = json.loads(to_json(summary))
         if gens:
             data["generation"] = gens
+        with RunStore(run_dir) as store:
+            by_method = summaries_by_method(store.results())
+        if len(by_method) > 1:
+            data["by_method"] = {m: json.loads(to_json(sub)) for m, sub in by_method.items()}
         json_path.write_text(json.dumps(data, indent=1))
     if csv_path:
         csv_path.write_text(to_csv(summary))
