@@ -259,22 +259,8 @@ def _llm_options(f):
     return f
 
 
-def _generate(
-    model,
-    run_dir,
-    level,
-    problems,
-    backend,
-    track="direct",
-    samples=1,
-    temperature=0.2,
-    max_tokens=8192,
-    concurrency=4,
-    no_cache=False,
-    cache_path=None,
-    request_timeout=120.0,
-    retries=4,
-):
+def _generate(model, run_dir, level, problems, backend, **llm_opts):
+    """Writes candidates: the built-in ones, or an LLM's (llm_opts: the _llm_options of the command)."""
     from .problems import select
 
     profile = None
@@ -287,21 +273,7 @@ def _generate(
         profile = get_profile(names[0])
     probs = select(level=level, ids=list(problems) or None)
     if model != "builtin":
-        return _generate_llm(
-            model,
-            run_dir,
-            probs,
-            profile,
-            track,
-            samples,
-            temperature,
-            max_tokens,
-            concurrency,
-            no_cache,
-            cache_path,
-            request_timeout,
-            retries,
-        )
+        return _generate_llm(model, run_dir, probs, profile, **llm_opts)
     from .generators.reference_candidates import write_reference_candidates
 
     with _progress() as prog:
@@ -326,15 +298,15 @@ def _generate_llm(
     run_dir,
     probs,
     profile,
-    track,
-    samples,
-    temperature,
-    max_tokens,
-    concurrency,
-    no_cache,
-    cache_path,
-    request_timeout,
-    retries,
+    track="direct",
+    samples=1,
+    temperature=0.2,
+    max_tokens=8192,
+    concurrency=4,
+    no_cache=False,
+    cache_path=None,
+    request_timeout=120.0,
+    retries=4,
 ):
     from .llm.generate import GenConfig, generate_run
     from .llm.providers import RetryPolicy, make_provider
@@ -553,15 +525,15 @@ def run_cmd(
         level,
         problems,
         cfg.backends[0],
-        method,
-        samples,
-        temperature,
-        max_tokens,
-        concurrency,
-        no_cache,
-        cache_path,
-        request_timeout,
-        retries,
+        track=method,
+        samples=samples,
+        temperature=temperature,
+        max_tokens=max_tokens,
+        concurrency=concurrency,
+        no_cache=no_cache,
+        cache_path=cache_path,
+        request_timeout=request_timeout,
+        retries=retries,
     )
     if not (run_dir / "candidates").is_dir():
         raise EKBError(f"{run_dir}: no candidates were generated")
@@ -811,7 +783,9 @@ def backends_cmd(as_json):
 
 
 @cli.command()
-@click.option("--backend", required=True, help="The backend to measure (one that runs here).")
+@click.option(
+    "--backend", required=True, help="The backend to measure (one that runs here, or on a farm device)."
+)
 @click.option("--threads", type=int, help="Threads (default: the profile's).")
 @click.option(
     "--profiles-file",
@@ -819,9 +793,11 @@ def backends_cmd(as_json):
     help="User profile TOML to store the figures in (default ~/.config/edgekernelbench/profiles.toml).",
 )
 @click.option("--mib", type=click.IntRange(1), default=64, show_default=True, help="Bandwidth buffer (MiB).")
-def peak(backend, threads, profiles_file, mib):
+@_tracker_option
+def peak(backend, threads, profiles_file, mib, tracker):
     """Measure a backend's peak FLOP/s and memory bandwidth (TVM micro-kernels) and store them in
-    the user profile file: the roofline of later runs uses them."""
+    the user profile file: the roofline of later runs uses them. A profile with an rpc_key is measured
+    on a device of its key behind --tracker (a run = "remote" profile always is)."""
     import datetime
 
     from .backends.profile_file import store_peak
@@ -833,17 +809,30 @@ def peak(backend, threads, profiles_file, mib):
         raise EKBError("--backend takes one backend for `ekb peak`")
     name = names[0]
     profile = get_profile(name, threads)
-    if profile.run != "local":
-        raise EKBError(
-            f"{name} cannot run here (run = {profile.run}): `ekb peak` measures on a local device; "
-            f"its peaks stay '{profile.peak_source or 'none'}'"
-        )
     path = profiles_file or Path.home() / ".config" / "edgekernelbench" / "profiles.toml"
-    with console.status(f"measuring {name} ({profile.threads} thread(s))"):
-        result = measure_peak_isolated(name, profile.threads, mib)
-    if not result:
-        raise EKBError(f"peak measurement failed on {name} (ekb -v peak ... for the reason)")
-    source = f"measured: TVM micro-kernels, {datetime.date.today().isoformat()}, {profile.threads} thread(s)"
+    today = datetime.date.today().isoformat()
+    if profile.rpc_key and (tracker or profile.run == "remote"):
+        from .backends.peak import measure_peak_remote
+        from .backends.rpc import default_tracker, farm_status
+
+        addr = farm_status(tracker or default_tracker()).tracker  # one clear error when unreachable
+        msg = f"measuring {name} on a device of '{profile.rpc_key}' ({profile.threads} thread(s))"
+        with console.status(msg):
+            measured, server = measure_peak_remote(profile, addr, mib=mib)
+        result = {"flops": measured.flops, "bandwidth": measured.bandwidth}
+        where = f" over RPC on {server}"
+    elif profile.run != "local":
+        raise EKBError(
+            f"{name} cannot run here (run = {profile.run}): `ekb peak` measures on a local device, or on "
+            f"a farm device with an rpc_key and --tracker; its peaks stay '{profile.peak_source or 'none'}'"
+        )
+    else:
+        with console.status(f"measuring {name} ({profile.threads} thread(s))"):
+            result = measure_peak_isolated(name, profile.threads, mib)
+        if not result:
+            raise EKBError(f"peak measurement failed on {name} (ekb -v peak ... for the reason)")
+        where = ""
+    source = f"measured: TVM micro-kernels{where}, {today}, {profile.threads} thread(s)"
     store_peak(path, name, result["flops"], result["bandwidth"], source)
     console.print(
         Text(
