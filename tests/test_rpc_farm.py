@@ -160,6 +160,8 @@ def test_unreachable_tracker_is_one_clear_line(tmp_path):
     write_candidates(tmp_path, {0: CORRECT})
     p = ekb("eval", tmp_path, "--backend", "host-cpu-rpc", "--tracker", nobody)
     assert_one_line_error(p, "cannot reach the RPC tracker")
+    p = ekb("peak", "--backend", "host-cpu-rpc", "--tracker", nobody, "--profiles-file", tmp_path / "p.toml")
+    assert_one_line_error(p, "cannot reach the RPC tracker")
     assert_one_line_error(ekb("farm", "status", "--tracker", "nohost"), "bad tracker address")
 
 
@@ -221,6 +223,25 @@ def test_a_key_without_devices_is_infra_not_the_candidates_fault(farm):
                  limits=Limits(timeout_s=120))  # fmt: skip
     assert r.reason == "infra" and "no device registered under key 'ekb-test-none'" in r.detail, r.detail
     assert r.compiled and not r.extra.get("device_lost")
+
+
+def test_peak_measures_a_remote_device_and_stores_it(farm, tmp_path):
+    import tomllib
+
+    farm.wait_devices({KEY_A: 2})
+    profiles = tmp_path / "peaks.toml"
+    args = ["peak", "--backend", "host-cpu-rpc", "--tracker", farm.tracker, "--profiles-file", profiles]
+    ekb(*args, "--mib", "8", check=True)
+    table = tomllib.loads(profiles.read_text())["host-cpu-rpc"]
+    assert table["peak_flops"] > 1e8 and table["peak_bandwidth"] > 1e8, table
+    src = table["peak_source"]
+    assert src.startswith("measured: TVM micro-kernels over RPC on 127.0.0.1:") and src.endswith(
+        "1 thread(s)"
+    )
+    assert any(s in src for s in farm.servers("a1", "a2")), src
+    p = ekb("peak", "--backend", "ekb-rpc-none", "--tracker", farm.tracker, "--profiles-file", profiles)
+    assert_one_line_error(p, "no device registered under key 'ekb-test-none'")
+    assert "ekb-rpc-none" not in profiles.read_text()
 
 
 def test_a_crashing_kernel_is_a_crash_and_its_device_comes_back(farm):

@@ -62,29 +62,81 @@ def _scale_kernel(n: int, threads: int):
     return sch.mod["main"]
 
 
-def measure_peak(target_dict: dict, threads: int = 1, lanes: int = 16, mib: int = 64) -> Peak:
-    """Measures on the local CPU; `target_dict` is the backend's TVM target (JSON dict)."""
+CHAINS, ITERS = 8, 100_000
+
+
+def _build(target, lanes: int, mib: int, threads: int):
+    """The two micro-kernels compiled for `target`: (fma, scale, n float32 elements of the buffer)."""
+    import tvm
+
+    fma = tvm.compile(
+        tvm.IRModule({"main": _fma_kernel(CHAINS, lanes, ITERS).with_attr("global_symbol", "main")}), target
+    )
+    n = mib * 2**20 // 4
+    scale = tvm.compile(tvm.IRModule({"main": _scale_kernel(n, threads)}), target)
+    return fma, scale, n
+
+
+def _time(fma, scale, n: int, lanes: int, threads: int, dev, target_dict: dict, source: str) -> Peak:
+    """Times the loaded kernels (runtime modules, local or remote) on `dev`."""
     import numpy as np
     import tvm
 
-    target = tvm.target.Target(target_dict)
-    dev = tvm.cpu(0)
-    chains, iters = 8, 100_000
-    fma = tvm.compile(
-        tvm.IRModule({"main": _fma_kernel(chains, lanes, iters).with_attr("global_symbol", "main")}), target
-    )
-    a = tvm.runtime.tensor(np.ones(chains * lanes, "float32"), dev)
+    a = tvm.runtime.tensor(np.ones(CHAINS * lanes, "float32"), dev)
     x = tvm.runtime.tensor(np.array([0.999, 0.001], "float32"), dev)
-    t = fma.mod.time_evaluator("main", dev, number=3, repeat=7)(a, x).median
-    flops = 2 * chains * lanes * iters / t * threads  # one kernel per core: the scalar loop is not parallel
-    n = mib * 2**20 // 4
-    scale = tvm.compile(tvm.IRModule({"main": _scale_kernel(n, threads)}), target)
+    t = fma.time_evaluator("main", dev, number=3, repeat=7)(a, x).median
+    flops = 2 * CHAINS * lanes * ITERS / t * threads  # one kernel per core: the scalar loop is not parallel
     src = tvm.runtime.tensor(np.ones(n, "float32"), dev)
     dst = tvm.runtime.empty((n,), "float32", dev)
-    t = scale.mod.time_evaluator("main", dev, number=2, repeat=7)(src, dst).median
+    t = scale.time_evaluator("main", dev, number=2, repeat=7)(src, dst).median
     return Peak(
-        flops=flops, bandwidth=8 * n / t, threads=threads, target=json.dumps(target_dict, sort_keys=True)
+        flops=flops,
+        bandwidth=8 * n / t,
+        threads=threads,
+        target=json.dumps(target_dict, sort_keys=True),
+        source=source,
     )
+
+
+def measure_peak(target_dict: dict, threads: int = 1, lanes: int = 16, mib: int = 64) -> Peak:
+    """Measures on the local CPU; `target_dict` is the backend's TVM target (JSON dict)."""
+    import tvm
+
+    fma, scale, n = _build(tvm.target.Target(target_dict), lanes, mib, threads)
+    return _time(fma.mod, scale.mod, n, lanes, threads, tvm.cpu(0), target_dict, Peak.source)
+
+
+def measure_peak_remote(profile, tracker: str, lanes: int = 16, mib: int = 64) -> tuple[Peak, str]:
+    """Measures on a device of the profile's rpc_key behind `tracker`: the kernels are built here for
+    the profile's target, exported (cross compiler for a cross target), uploaded and timed there with
+    the remote time_evaluator. Returns (the peaks, the device's "host:port")."""
+    import tempfile
+    from pathlib import Path
+
+    from ..errors import EKBError
+    from .host import resolve_target
+    from .rpc import RPCBackend, _last_line
+
+    backend = RPCBackend(profile, tracker)
+    threads = backend.profile.threads
+    fma, scale, n = _build(backend.target(), lanes, mib, threads)
+    session = backend.session()
+    remote = session.connect()  # DeviceFailure (an EKBError) when the key has no device
+    source = f"TVM micro-kernels over RPC on {session.server}"
+    try:
+        with tempfile.TemporaryDirectory(prefix="ekb-peak-") as tmp:
+            mods = []
+            for exe, stem in ((fma, "fma"), (scale, "scale")):
+                path = Path(tmp, f"ekb_peak_{stem}.so")
+                exe.export_library(str(path), fcompile=backend.fcompile())
+                remote.upload(str(path), target=path.name)
+                mods.append(remote.load_module(path.name))
+        peak = _time(*mods, n, lanes, threads, session.device, resolve_target(backend.profile), source)
+    except EKBError:
+        raise
+    except Exception as e:
+        raise EKBError(f"peak measurement failed on {session.server}: {_last_line(e)}") from None
+    return peak, session.server
 
 
 def main(argv: list[str]) -> int:
