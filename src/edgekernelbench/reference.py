@@ -51,6 +51,17 @@ def module_script(mod) -> str:
     return _NONFINITE_CONST.sub(r'R.const(float("\1"), "\2")', mod.script(show_meta=True))
 
 
+def kernel_flops(func) -> float | None:
+    """TVM's FLOP estimate of one PrimFunc (None when TVM cannot estimate it, e.g. opaque calls)."""
+    import tvm
+    from tvm.s_tir.analysis import estimate_tir_flops
+
+    try:
+        return float(estimate_tir_flops(tvm.IRModule({"main": func})))
+    except Exception:
+        return None
+
+
 def generic_target():
     import tvm
 

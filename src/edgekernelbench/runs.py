@@ -21,8 +21,9 @@ from pathlib import Path
 
 from . import metrics
 from .errors import MalformedCandidate, RunDirError
-from .harness.isolation import Limits, run_in_worker
-from .harness.job import DEFAULT_BASELINES, Job
+from .harness.api import evaluate
+from .harness.isolation import Limits
+from .harness.job import DEFAULT_BASELINES
 from .harness.result import Result
 from .harness.timing import TimingConfig
 from .ir.spec import load_candidate
@@ -103,32 +104,22 @@ def evaluate_ref(ref: CandidateRef, backend: str, cfg: EvalConfig, tracker: str 
         return Result(ref.problem, ref.sample, backend, candidate=str(ref.path)).failure(
             "parse_error", str(e)
         )
-    job = Job(
-        problem=ref.problem,
+    return evaluate(
+        ref.problem,
+        spec,
+        backend,
         sample=ref.sample,
-        backend=backend,
-        spec=spec.to_dict(),
-        candidate=str(ref.path),
         threads=cfg.threads,
         trials=cfg.trials,
         seed=cfg.seed,
-        timing=asdict(cfg.timing),
-        baselines=list(cfg.baselines),
+        timing=cfg.timing,
+        baselines=cfg.baselines,
         measure=cfg.measure,
+        limits=cfg.limits,
         tracker=tracker,
-        timeout_s=cfg.limits.timeout_s,
+        device_retries=cfg.device_retries,
+        source=str(ref.path),
     )
-    res = run_in_worker(job, cfg.limits)
-    lost = []
-    for _ in range(cfg.device_retries if tracker else 0):
-        if not (res.reason == "infra" and res.extra.get("device_lost")):
-            break
-        log.warning("%s#%d on %s: %s; trying another device", ref.problem, ref.sample, backend, res.detail)
-        lost.append(res.detail)
-        res = run_in_worker(job, cfg.limits)
-    if lost:
-        res.extra["devices_lost"] = lost  # earlier tries of this item, on devices that went away
-    return res
 
 
 def device_plan(backend: str, cfg: EvalConfig) -> tuple[str | None, int]:

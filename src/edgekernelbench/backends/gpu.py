@@ -230,10 +230,10 @@ def gpu_default_spec(problem, profile):
     as module text. The unscheduled reference has no thread bindings and fails to build for a GPU."""
     from ..baselines.tvm_default import tvm_default_module
     from ..ir.spec import KernelSpec
-    from ..reference import build_reference_uncached, module_script
+    from ..reference import build_reference, module_script
 
     backend = GPUBackend(profile)
-    ref = build_reference_uncached(problem)
+    ref = build_reference(problem)
     mod = tvm_default_module(ref.module, backend.target())
     return KernelSpec(
         problem=problem.id,

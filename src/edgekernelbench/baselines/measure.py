@@ -6,10 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from ..generators.reference_candidates import reference_spec
 from ..harness.api import evaluate
 from ..harness.timing import TimingConfig
-from ..ir.spec import KernelSpec
-from ..reference import build_reference
 from ..store import RunStore
 
 
@@ -38,7 +37,7 @@ def measure_baselines(
                 if on_result:
                     on_result(p.id, True)
                 continue
-            spec = KernelSpec(problem=p.id, module=build_reference(p).script(), method="reference")
+            spec = reference_spec(p)
             res = evaluate(
                 p, spec, backend, threads=threads, trials=1, timing=timing, profile=True, tracker=tracker
             )

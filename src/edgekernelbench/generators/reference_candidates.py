@@ -17,11 +17,10 @@ from .rules import rule_spec
 
 
 def reference_spec(problem) -> KernelSpec:
-    """The reference IRModule as a candidate: TVM's lowering of the ONNX graph, no schedule.
-    Built afresh: a schedule replayed in this process may have edited the cached reference."""
-    from ..reference import build_reference_uncached
+    """The reference IRModule as a candidate: TVM's lowering of the ONNX graph, no schedule."""
+    from ..reference import build_reference
 
-    module = build_reference_uncached(problem).script()
+    module = build_reference(problem).script()
     return KernelSpec(
         problem=problem.id,
         module=module,

@@ -822,15 +822,6 @@ class FuncSchedule:
     failures: list[str] = field(default_factory=list)
 
 
-def fresh_copy(func):
-    """A deep copy of a PrimFunc. A Schedule made on a module built from `func.with_attr(...)` (as
-    LayerRecorder and apply_trace do) edits the shared body in place, which would change the cached
-    reference; scheduling a copy keeps the reference intact."""
-    import tvm
-
-    return tvm.ir.load_json(tvm.ir.save_json(func))
-
-
 def build_target(threads: int = 1):
     """The host target the harness builds for (see backends/host.py)."""
     import tvm
@@ -846,12 +837,12 @@ def schedule_func(func, name: str, lanes: int, parallel: bool = False, target=No
     from ..ir.replay import LayerRecorder, apply_trace, combine_layers
 
     try:
-        facts = analyze(fresh_copy(func), name)
+        facts = analyze(func, name)
     except Exception as e:  # noqa: BLE001
         return FuncSchedule(name, "opaque", "none", {}, failures=[f"analysis: {e}"])
     failures = []
     for sname, fn in strategies(facts, lanes, parallel):
-        rec = LayerRecorder(fresh_copy(func))
+        rec = LayerRecorder(func)
         try:
             info = fn(rec)
             traces = rec.traces()
@@ -860,7 +851,7 @@ def schedule_func(func, name: str, lanes: int, parallel: bool = False, target=No
             trace, where = combine_layers(
                 [(layer, traces[layer]) for layer in ("loop", "memory", "target") if layer in traces]
             )
-            replayed = apply_trace(fresh_copy(func), trace, name, where)  # the decisions must replay
+            replayed = apply_trace(func, trace, name, where)  # the decisions must replay
             if target is not None:  # and build: a schedule TVM accepts may still not lower
                 import tvm
 
@@ -877,22 +868,16 @@ def _short(e: Exception) -> str:
     return (lines[-1] if lines else "")[:200]
 
 
-def _pristine_reference(problem):
-    """The problem's reference, built afresh: the cached one may already have been edited in place
-    by a schedule made on it in this process (see fresh_copy)."""
-    from ..reference import build_reference_uncached
-
-    return build_reference_uncached(problem)
-
-
 def rule_schedules(
     problem, vector_lanes: int | None = None, threads: int = 1, reference=None, verify_build: bool = True
 ) -> list[FuncSchedule]:
     """The rule-based schedule of every PrimFunc the reference's main calls (weight transforms in
     main_transform_params excluded), in call order. With `verify_build`, each kept schedule has
     been built for the host target."""
+    from ..reference import build_reference
+
     lanes = vector_lanes or default_vector_lanes()
-    ref = reference or _pristine_reference(problem)
+    ref = reference or build_reference(problem)
     target = build_target(threads) if verify_build else None
     funcs = ref.primfuncs()
     out = []
@@ -914,8 +899,9 @@ def rule_spec(
     `verify_build`: keep a schedule only if the scheduled PrimFunc builds (about 0.1 s per kernel).
     Decisions are keyed by PrimFunc name; `decisions.workloads` holds each one's workload key."""
     from ..ir.replay import workload_key
+    from ..reference import build_reference
 
-    ref = _pristine_reference(problem)
+    ref = build_reference(problem)
     funcs = ref.primfuncs()
     keys = {name: workload_key(f) for name, f in funcs.items()}  # before anything is scheduled
     dec = Decisions()

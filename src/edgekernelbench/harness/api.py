@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import asdict
 from pathlib import Path
 
@@ -10,6 +11,8 @@ from .isolation import Limits, run_in_worker
 from .job import DEFAULT_BASELINES, Job
 from .result import Result
 from .timing import TimingConfig
+
+log = logging.getLogger(__name__)
 
 
 def evaluate(
@@ -28,12 +31,12 @@ def evaluate(
     limits: Limits | None = None,
     tracker: str | None = None,
     device_retries: int = 2,
+    source: str = "",
 ) -> Result:
     """Judges one candidate: a KernelSpec, a path to a candidate file, or TVMScript module text.
     `tracker` (HOST:PORT): a backend whose profile has an rpc_key runs on a device of that key
     (backends/rpc.py); a device lost mid-run is retried on another one up to `device_retries` times."""
     problem_id = problem if isinstance(problem, str) else problem.id
-    source = ""
     if isinstance(candidate, Path):
         source = str(candidate)
         candidate = load_candidate(candidate, problem_id)
@@ -64,8 +67,13 @@ def evaluate(
             tracker = default_tracker()  # read here: the worker's environment is clean
     job.tracker = tracker
     res = run_in_worker(job, limits)
+    lost = []
     for _ in range(device_retries if tracker else 0):
         if not (res.reason == "infra" and res.extra.get("device_lost")):
             break
+        log.warning("%s#%d on %s: %s; trying another device", problem_id, sample, backend, res.detail)
+        lost.append(res.detail)
         res = run_in_worker(job, limits)
+    if lost:
+        res.extra["devices_lost"] = lost  # earlier tries of this item, on devices that went away
     return res

@@ -126,7 +126,7 @@ class Runner:
 
     def profile(self, inputs, cfg: TimingConfig) -> list[dict]:
         """Per kernel call of main: name, FLOPs (TIR estimate) and median time, same protocol."""
-        from tvm.s_tir.analysis import estimate_tir_flops
+        from ..reference import kernel_flops
 
         calls: list = []
         self.kernels.run("main", self.args(inputs, self.tp_kernels), calls=calls)
@@ -135,21 +135,12 @@ class Runner:
         out = []
         for key, t in times.items():
             name = key.split(":", 1)[1]
-            try:
-                flops = float(estimate_tir_flops(_as_module(self.kernels.module[name])))
-            except Exception:
-                flops = None
+            flops = kernel_flops(self.kernels.module[name])
             out.append({"kernel": name, "flops": flops, "median": t.median, "iqr": t.iqr})
         total = sum(k["median"] for k in out) or 1.0
         for k in out:
             k["share"] = k["median"] / total
         return out
-
-
-def _as_module(func):
-    import tvm
-
-    return tvm.IRModule({"main": func})
 
 
 def check_correctness(runner: Runner, problem, oracle, trials: int, seed: int) -> Correctness:

@@ -29,7 +29,6 @@ ENV_ALLOW = (
     "OPENBLAS_CORETYPE",
     "OPENBLAS_L2_SIZE",
     "EKB_PROBLEM_MODULES",
-    "EKB_PROFILES",  # the user's backend profiles (a path), so the worker resolves the same backends
 )
 MEMORY_MARKERS = (
     "MemoryError",
