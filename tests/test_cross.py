@@ -79,6 +79,13 @@ def test_rule_candidates_are_correct_under_qemu(backend, pid, threads, rule_spec
     assert r.compiled and r.correct, (r.reason, r.detail)
     assert r.correctness.trials == 2
     assert r.timing_status == "not measured" and r.runtime is None and not r.baselines and not r.speedups
+    # the record says how it ran: a parallel launch of a multi-threaded candidate used `threads` OS threads
+    emu = r.extra["emulation"]
+    assert emu["threads"] == emu["threads_requested"] == threads, emu
+    assert emu["calls"] > 0 and emu["emulator"] == get_profile(backend).emulator[0], emu
+    if threads > 1:
+        assert emu["parallel_launches"] > 0 and emu["parallel_tasks"] == threads * emu["parallel_launches"]
+        assert emu["summary"] == f"{threads} threads, pthreads under {emu['emulator']}", emu
 
 
 def test_armv7_correct_under_qemu_arm(rule_specs):
@@ -144,12 +151,64 @@ def test_driver_runs_parallel_launch_and_barrier(name):
     out = tvm.runtime.tensor(np.full((1000, 64), np.nan, np.float32))
     loaded.kernels["par"](tvm.runtime.tensor(a), out)
     np.testing.assert_array_equal(out.numpy(), a * 2 + 1)
+    assert loaded.kernels["par"].last_run == {"launches": 1, "tasks": 4, "barriers": 0, "threads": 4}
     a = np.arange(4, dtype=np.float32)
     out = tvm.runtime.tensor(np.full(4, np.nan, np.float32))
     loaded.kernels["bar"](tvm.runtime.tensor(a), out)
     np.testing.assert_array_equal(out.numpy(), np.roll(a * 2, -1))
+    assert loaded.kernels["bar"].last_run == {"launches": 1, "tasks": 4, "barriers": 1, "threads": 4}
     with pytest.raises(Exception, match="emulated"):
         loaded.timer("main", [])
+
+
+# Each task of one launch stores the id of the OS thread it runs on (gettid, from the static glibc), all
+# tasks meet at a barrier, then each reads its neighbour's id. Four distinct ids that every task saw
+# across the barrier mean four OS threads were running tasks at the same time: a driver that runs the
+# tasks one after the other (in one thread, or in threads started one after the other) cannot produce
+# that -- it gives one id, or deadlocks at the barrier. `check` raises in the task of element 3, which is
+# not the calling thread's.
+CONCURRENT_KERNELS = """
+@I.ir_module
+class Module:
+    @T.prim_func
+    def tids(B: T.Buffer((4,), "int32")):
+        tmp = T.alloc_buffer((4,), "int32")
+        with T.attr(0, "pragma_parallel_launch_point", 1):
+            with T.attr(0, "pragma_parallel_barrier_when_finish", 1):
+                for i in T.parallel(4):
+                    tmp[i] = T.call_extern("int32", "gettid")
+            for i in T.parallel(4):
+                B[i] = tmp[(i + 1) % 4]
+
+    @T.prim_func
+    def check(A: T.Buffer((4,), "float32"), B: T.Buffer((4,), "float32")):
+        for i in T.parallel(4):
+            assert A[i] < T.float32(100), "value too big"
+            B[i] = A[i]
+"""
+
+
+@pytest.mark.parametrize("name", ["rpi4", "armv7", "riscv64-rvv"])
+def test_parallel_tasks_run_concurrently_on_os_threads(name):
+    _require(name)
+    import tvm
+
+    backend = CrossBackend(dataclasses.replace(get_profile(name), threads=4))
+    session = backend.session()
+    loaded = session.load(backend.build(tvm.script.from_source(CONCURRENT_KERNELS)))
+    out = tvm.runtime.tensor(np.zeros(4, np.int32))
+    loaded.kernels["tids"](out)
+    tids = out.numpy()
+    assert len(set(tids.tolist())) == 4 and (tids > 0).all(), tids
+    assert loaded.kernels["tids"].last_run == {"launches": 1, "tasks": 4, "barriers": 1, "threads": 4}
+    emu = session.describe()["emulation"]
+    qemu = get_profile(name).emulator[0]
+    assert emu["threads"] == emu["threads_requested"] == 4 and emu["calls"] == 1, emu
+    assert emu["summary"] == f"4 threads, pthreads under {qemu}"
+    # an error raised in another thread's task ends the run with the kernel's message (exit code 4)
+    a = tvm.runtime.tensor(np.array([1, 2, 3, 400], np.float32))
+    with pytest.raises(EmulatedRunError, match=r"\(exit code 4\): .*RuntimeError: value too big"):
+        loaded.kernels["check"](a, tvm.runtime.tensor(np.zeros(4, np.float32)))
 
 
 def test_kernel_error_is_reported_with_the_driver_message(reference):

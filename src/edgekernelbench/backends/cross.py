@@ -10,8 +10,14 @@ There is no TVM runtime for the target here, so a build is:
   raw-byte files), calls the kernel through TVM's packed ABI and writes every argument back; it provides
   the runtime symbols kernels need (error reporting, workspace allocation, parallel launch and barrier);
 
-linked statically with the profile's cross compiler. One kernel call = one emulator run of the driver.
-Everything lives in a temporary build directory owned by the `CrossBuilt`.
+linked statically (with -pthread) with the profile's cross compiler. One kernel call = one emulator run of
+the driver. Everything lives in a temporary build directory owned by the `CrossBuilt`.
+
+Multi-threaded candidates really run multi-threaded: a parallel launch runs its tasks (the profile's
+`threads` when the kernel asks for all of them) concurrently on POSIX threads, which qemu-user maps to host
+threads, and TVMBackendParallelBarrier is a real barrier; so a data race between tasks can show as a wrong
+result under emulation. The driver reports how many OS threads ran the tasks of a launch; the session
+collects that per call (`stats`) and `describe()` puts it in Result.extra["emulation"].
 
 Emulated timings are not speed: the profiles have run = "emulated", so the harness never times them
 (Result.timing_status = "not measured"); `timer` / `kernel_timer` raise.
@@ -36,7 +42,12 @@ from .host import primfunc_library
 
 DRIVER_SOURCE = Path(__file__).parent / "data" / "ekb_driver.c"
 EMULATOR_PACKAGE = "qemu-user"
-CFLAGS = ("-O2", "-static", "-std=gnu11")
+CFLAGS = ("-O2", "-static", "-std=gnu11", "-pthread")
+# Libraries after the objects. A static glibc older than 2.34 has a separate libpthread.a whose symbols
+# must all be linked in (else weak references stay unresolved and threads crash); since 2.34 it is an
+# empty archive and this costs nothing.
+LDLIBS = ("-lm", "-Wl,--whole-archive", "-lpthread", "-Wl,--no-whole-archive")
+STATS_FILE = "stats"  # written by the driver after a successful call: "key value" lines
 STDERR_TAIL = 800  # characters of the driver's stderr kept in an error
 
 
@@ -177,7 +188,7 @@ class CrossBackend(Backend):
             str(obj),
             "-o",
             str(driver),
-            "-lm",
+            *LDLIBS,
         ]
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=work)
         if proc.returncode != 0:
@@ -206,6 +217,8 @@ class EmulatedSession(Session):
 
         self.backend = backend
         self.device = tvm.cpu(0)
+        # emulator runs of every module loaded here: bookkeeping only, never a Result timing
+        self.stats: dict = {}
 
     def to_device(self, array):
         import tvm
@@ -217,6 +230,28 @@ class EmulatedSession(Session):
             raise EKBError(f"{self.backend.name}: expected a cross build, got {type(built).__name__}")
         return EmulatedLoaded(built, self)
 
+    def describe(self) -> dict:
+        """How the emulated runs went, for Result.extra["emulation"]: the emulator, kernel calls, parallel
+        launches, their tasks and barriers, and `threads` -- the most OS threads that ran the tasks of one
+        parallel launch (1 when no kernel launched parallel work) -- next to `threads_requested`, the
+        profile's thread count."""
+        s = self.stats
+        if not s.get("calls"):
+            return {}
+        threads = s.get("threads", 1)
+        return {
+            "emulation": {
+                "emulator": s["emulator"],
+                "calls": s["calls"],
+                "parallel_launches": s.get("parallel_launches", 0),
+                "parallel_tasks": s.get("parallel_tasks", 0),
+                "barriers": s.get("barriers", 0),
+                "threads": threads,
+                "threads_requested": self.backend.profile.threads,
+                "summary": f"{threads} thread{'s' if threads != 1 else ''}, pthreads under {s['emulator']}",
+            }
+        }
+
 
 class EmulatedKernel:
     """One kernel of a cross build: calling it with tensors runs ONE kernel call in the emulator and
@@ -224,6 +259,7 @@ class EmulatedKernel:
 
     def __init__(self, built: CrossBuilt, name: str, emulator: list[str], threads: int, stats: dict):
         self.built, self.name, self.emulator, self.threads, self.stats = built, name, emulator, threads, stats
+        self.last_run: dict[str, int] = {}  # the driver's statistics of the latest successful call
 
     def __call__(self, *tensors):
         work = self.built.workdir / "call"
@@ -241,14 +277,23 @@ class EmulatedKernel:
             dt = _dl_dtype(str(t.dtype))
             (work / f"a{i}.bin").write_bytes(arr.tobytes())
             lines.append(" ".join(map(str, [*dt, arr.ndim, *arr.shape, f"a{i}.bin"])))
+        lines.append(f"stats {STATS_FILE}")
+        (work / STATS_FILE).unlink(missing_ok=True)
         (work / "manifest").write_text("\n".join(lines) + "\n")
         cmd = [*self.emulator, str(self.built.driver), "manifest"]
         t0 = time.perf_counter()
         proc = subprocess.run(cmd, cwd=work, stdin=subprocess.DEVNULL, capture_output=True)
         self.stats["calls"] = self.stats.get("calls", 0) + 1
         self.stats["seconds"] = self.stats.get("seconds", 0.0) + time.perf_counter() - t0
+        self.stats["emulator"] = Path(self.emulator[0]).name
         if proc.returncode != 0:
             raise EmulatedRunError(self._failure(proc))
+        self.last_run = read_driver_stats(work / STATS_FILE)
+        s = self.stats
+        s["parallel_launches"] = s.get("parallel_launches", 0) + self.last_run.get("launches", 0)
+        s["parallel_tasks"] = s.get("parallel_tasks", 0) + self.last_run.get("tasks", 0)
+        s["barriers"] = s.get("barriers", 0) + self.last_run.get("barriers", 0)
+        s["threads"] = max(s.get("threads", 1), self.last_run.get("threads", 1))
         for i, (t, arr) in enumerate(zip(tensors, arrays, strict=True)):
             data = (work / f"a{i}.bin").read_bytes()
             t.copyfrom(np.frombuffer(data, dtype=arr.dtype).reshape(arr.shape))
@@ -271,6 +316,20 @@ class EmulatedKernel:
         return msg
 
 
+def read_driver_stats(path: Path) -> dict[str, int]:
+    """The driver's "key value" statistics (launches, tasks, barriers, threads); {} when it wrote none."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return {}
+    out = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1].isdigit():
+            out[parts[0]] = int(parts[1])
+    return out
+
+
 def _dl_dtype(dtype: str) -> tuple[int, int, int]:
     import tvm_ffi
 
@@ -291,7 +350,7 @@ class EmulatedLoaded(Loaded):
         self.built, self.session = built, session
         profile = session.backend.profile
         emulator = session.backend.emulator()
-        self.stats: dict = {}  # emulator calls and wall seconds: bookkeeping only, never a Result timing
+        self.stats = session.stats  # shared by the session's modules: calls, wall seconds, threads
         self.kernels = {
             n: EmulatedKernel(built, n, emulator, profile.threads, self.stats) for n in built.kernel_names
         }

@@ -1,8 +1,8 @@
 /* EdgeKernelBench emulated-device driver: runs ONE TVM-generated kernel call, without libtvm.
  *
- * Linked statically with the kernel object (tvm.compile(..., llvm -mtriple=<cross>).write_to_file)
- * and a generated dispatch file (ekb_dispatch.c: kernel name -> __tvm_ffi_<name>), then run under
- * qemu-user:   qemu-<arch> ./ekb_driver MANIFEST
+ * Linked statically (with -pthread) with the kernel object (tvm.compile(..., llvm -mtriple=<cross>)
+ * .write_to_file) and a generated dispatch file (ekb_dispatch.c: kernel name -> __tvm_ffi_<name>), then
+ * run under qemu-user:   qemu-<arch> ./ekb_driver MANIFEST
  *
  * MANIFEST (text, whitespace-separated; file names relative to the current directory):
  *   ekb-manifest 1
@@ -10,6 +10,7 @@
  *   threads <n>                  tasks of a parallel launch that asks for "all threads" (num_task 0)
  *   args <count>
  *   <type_code> <bits> <lanes> <ndim> <dim0> ... <dimN-1> <file>     one line per DLTensor argument
+ *   stats <file>                 optional: where to write the run's statistics (below)
  *
  * Each argument file holds the tensor's raw bytes (C order). The kernel is called through the packed
  * ABI (TVMFFIAny args holding DLTensor pointers); afterwards EVERY argument is written back to its
@@ -19,19 +20,31 @@
  *   TVMFFIErrorSetRaisedFromCStrParts (direct call), and the function-pointer variables the LLVM
  *   codegen calls through: __TVMBackendAllocWorkspace / __TVMBackendFreeWorkspace (malloc/free),
  *   __TVMBackendParallelLaunch / __TVMBackendParallelBarrier, __TVMFFIErrorSetRaisedFromCStr.
- * A parallel launch runs its tasks one after the other in this thread, in task-id order, each with
- * penv->num_task set to the task count. Each task runs as a coroutine on its own stack, so a
- * TVMBackendParallelBarrier suspends the task until every task of the launch has reached it:
- * deterministic, and correct for kernels that synchronize.
+ * A parallel launch of n tasks (num_task, or `threads` when the kernel asks for 0) runs them
+ * CONCURRENTLY on POSIX threads: task 0 in the calling thread, tasks 1..n-1 in threads created for
+ * the launch and joined at its end; every task gets the same penv (num_task = n, sync_handle = the
+ * launch). qemu-user runs each guest thread on its own host thread, so data races of a multi-threaded
+ * kernel can show. TVMBackendParallelBarrier is a real barrier (mutex + condition variable) across the
+ * launch's tasks; a task that returns while others wait at a barrier (or reaches a barrier after
+ * another task returned) would deadlock, and ends the run with exit status 5 instead. The launch
+ * returns the first non-zero task return value, in task-id order. A launch from inside a task
+ * (nested; TVM's own runtime refuses it) runs its tasks inline, in order, without barriers.
+ *
+ * Statistics (the `stats` file, "key value" lines, written after a successful call): launches (parallel
+ * launches), tasks (tasks run by them), barriers (barriers the tasks of a launch all passed, summed over
+ * launches), threads (most distinct OS threads that ran the tasks of one launch; 1 without a launch).
  *
  * Exit status: 0 ok; 2 bad manifest or I/O; 3 unknown kernel; 4 the kernel raised an error (message
- * on stderr); 5 the kernel returned non-zero. A crash shows up as the emulator's signal.
+ * on stderr); 5 the kernel returned non-zero (or its tasks would deadlock at a barrier). A crash shows
+ * up as the emulator's signal.
  */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <ucontext.h>
+#include <pthread.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <tvm/ffi/c_api.h>
 
 typedef int32_t (*ekb_kernel_fn)(void* self, void* args, int32_t num_args, void* result);
@@ -45,11 +58,14 @@ extern const int EKB_NUM_KERNELS;
 #define EKB_ALIGN 128
 #define EKB_MAX_ARGS 256
 #define EKB_MAX_DIMS 16
-#define EKB_TASK_STACK (8u << 20)
+#define EKB_TASK_STACK (8u << 20) /* stack of each task thread */
 
 static int g_threads = 1;
+/* Held by the thread that ends the process with an error: one message, one exit, whichever task fails. */
+static pthread_mutex_t g_exit_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void die(int code, const char* fmt, const char* arg) {
+  pthread_mutex_lock(&g_exit_lock);
   fprintf(stderr, "ekb_driver: ");
   fprintf(stderr, fmt, arg);
   fputc('\n', stderr);
@@ -58,6 +74,7 @@ static void die(int code, const char* fmt, const char* arg) {
 
 /* ------------------------------------------------------------------ errors raised by kernels */
 void TVMFFIErrorSetRaisedFromCStrParts(const char* kind, const char** parts, int32_t n) {
+  pthread_mutex_lock(&g_exit_lock);
   fprintf(stderr, "%s: ", kind ? kind : "Error");
   for (int i = 0; i < n; ++i)
     if (parts[i]) fputs(parts[i], stderr);
@@ -93,30 +110,59 @@ typedef struct {
 } ekb_penv; /* = TVMParallelGroupEnv */
 typedef int (*ekb_lambda)(int task_id, ekb_penv* penv, void* cdata);
 
-enum { TASK_READY, TASK_AT_BARRIER, TASK_DONE };
+typedef struct ekb_launch ekb_launch;
 typedef struct {
-  ucontext_t ctx;
-  int state;
+  ekb_launch* launch;
+  int id;
   int rc;
-  void* stack;
+  long tid; /* the OS thread that ran the task */
+  pthread_t thread;
 } ekb_task;
 
-static ekb_task* g_tasks;
-static int g_cur = -1;
-static ucontext_t g_sched;
-static ekb_lambda g_lambda;
-static void* g_cdata;
-static ekb_penv g_env;
+struct ekb_launch {
+  ekb_lambda flambda;
+  void* cdata;
+  ekb_penv env; /* shared by the tasks, as in TVM's thread pool; env.sync_handle = this launch */
+  ekb_task* tasks;
+  pthread_mutex_t lock; /* guards the barrier state below */
+  pthread_cond_t cond;
+  int arrived;    /* tasks waiting at the current barrier */
+  unsigned round; /* barriers completed so far */
+  int finished;   /* tasks that returned */
+};
 
-static void ekb_task_entry(void) {
-  int i = g_cur;
-  g_tasks[i].rc = g_lambda(i, &g_env, g_cdata);
-  g_tasks[i].state = TASK_DONE; /* uc_link returns to the scheduler */
+static __thread int t_in_task; /* this thread is running a task: a nested launch runs inline */
+static long g_launches, g_tasks_run, g_barriers, g_max_threads = 1; /* for the stats file */
+
+static long ekb_gettid(void) { return (long)syscall(SYS_gettid); }
+
+static void ekb_deadlock(void) {
+  die(5, "%s", "parallel barrier: some tasks finished without reaching it (would deadlock)");
+}
+
+static void ekb_run_task(ekb_task* t) {
+  ekb_launch* l = t->launch;
+  t->tid = ekb_gettid();
+  t_in_task = 1;
+  t->rc = l->flambda(t->id, &l->env, l->cdata);
+  t_in_task = 0;
+  pthread_mutex_lock(&l->lock);
+  l->finished++;
+  if (l->arrived > 0) { /* others wait at a barrier this task never reached */
+    if (t->rc != 0) die(5, "%s", "a parallel task failed while other tasks wait at a barrier");
+    ekb_deadlock();
+  }
+  pthread_mutex_unlock(&l->lock);
+}
+
+static void* ekb_task_thread(void* arg) {
+  ekb_run_task((ekb_task*)arg);
+  return NULL;
 }
 
 static int ekb_parallel_launch(ekb_lambda flambda, void* cdata, int num_task) {
   int n = num_task > 0 ? num_task : g_threads;
-  if (g_tasks != NULL) { /* nested launch: run it inline, in order */
+  if (t_in_task) { /* nested launch (TVM's own runtime refuses one): run it inline, in order */
     ekb_penv env = {NULL, n};
     for (int i = 0; i < n; ++i) {
       int rc = flambda(i, &env, cdata);
@@ -124,46 +170,52 @@ static int ekb_parallel_launch(ekb_lambda flambda, void* cdata, int num_task) {
     }
     return 0;
   }
-  g_lambda = flambda, g_cdata = cdata, g_env.sync_handle = NULL, g_env.num_task = n;
-  g_tasks = calloc((size_t)n, sizeof(ekb_task));
-  if (!g_tasks) die(2, "%s", "out of memory (parallel tasks)");
+  ekb_launch l;
+  memset(&l, 0, sizeof(l));
+  l.flambda = flambda, l.cdata = cdata, l.env.sync_handle = &l, l.env.num_task = n;
+  l.tasks = calloc((size_t)n, sizeof(ekb_task));
+  if (!l.tasks) die(2, "%s", "out of memory (parallel tasks)");
+  pthread_mutex_init(&l.lock, NULL);
+  pthread_cond_init(&l.cond, NULL);
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setstacksize(&attr, EKB_TASK_STACK);
+  for (int i = 0; i < n; ++i) l.tasks[i].launch = &l, l.tasks[i].id = i;
+  for (int i = 1; i < n; ++i)
+    if (pthread_create(&l.tasks[i].thread, &attr, ekb_task_thread, &l.tasks[i]) != 0)
+      die(2, "%s", "cannot create a thread for a parallel task");
+  pthread_attr_destroy(&attr);
+  ekb_run_task(&l.tasks[0]); /* task 0 runs in the calling thread */
+  for (int i = 1; i < n; ++i) pthread_join(l.tasks[i].thread, NULL);
+  int rc = 0, distinct = 0;
   for (int i = 0; i < n; ++i) {
-    g_tasks[i].stack = malloc(EKB_TASK_STACK);
-    if (!g_tasks[i].stack || getcontext(&g_tasks[i].ctx) != 0) die(2, "%s", "cannot create a task context");
-    g_tasks[i].ctx.uc_stack.ss_sp = g_tasks[i].stack;
-    g_tasks[i].ctx.uc_stack.ss_size = EKB_TASK_STACK;
-    g_tasks[i].ctx.uc_link = &g_sched;
-    makecontext(&g_tasks[i].ctx, ekb_task_entry, 0);
+    if (rc == 0) rc = l.tasks[i].rc;
+    int seen = 0;
+    for (int j = 0; j < i && !seen; ++j) seen = l.tasks[j].tid == l.tasks[i].tid;
+    distinct += !seen;
   }
-  for (;;) {
-    for (int i = 0; i < n; ++i) {
-      if (g_tasks[i].state != TASK_READY) continue;
-      g_cur = i;
-      swapcontext(&g_sched, &g_tasks[i].ctx); /* back when task i finishes or waits at a barrier */
-    }
-    int waiting = 0;
-    for (int i = 0; i < n; ++i) waiting += g_tasks[i].state == TASK_AT_BARRIER;
-    if (waiting == 0) break;
-    if (waiting != n)
-      die(5, "%s", "parallel barrier: some tasks finished without reaching it (would deadlock)");
-    for (int i = 0; i < n; ++i) g_tasks[i].state = TASK_READY;
-  }
-  int rc = 0;
-  for (int i = 0; i < n; ++i) {
-    if (rc == 0) rc = g_tasks[i].rc;
-    free(g_tasks[i].stack);
-  }
-  free(g_tasks);
-  g_tasks = NULL, g_cur = -1;
+  g_launches++, g_tasks_run += n, g_barriers += l.round;
+  if (distinct > g_max_threads) g_max_threads = distinct;
+  pthread_cond_destroy(&l.cond);
+  pthread_mutex_destroy(&l.lock);
+  free(l.tasks);
   return rc;
 }
 
 static int ekb_parallel_barrier(int task_id, ekb_penv* penv) {
-  (void)task_id, (void)penv;
-  if (g_tasks == NULL || g_cur < 0 || g_env.num_task <= 1) return 0;
-  int i = g_cur;
-  g_tasks[i].state = TASK_AT_BARRIER;
-  swapcontext(&g_tasks[i].ctx, &g_sched);
+  (void)task_id;
+  ekb_launch* l = penv ? (ekb_launch*)penv->sync_handle : NULL;
+  if (l == NULL || penv->num_task <= 1) return 0; /* a nested (inline) launch, or a single task */
+  pthread_mutex_lock(&l->lock);
+  if (l->finished > 0) ekb_deadlock();
+  if (++l->arrived == penv->num_task) {
+    l->arrived = 0, l->round++;
+    pthread_cond_broadcast(&l->cond);
+  } else {
+    unsigned round = l->round;
+    while (l->round == round) pthread_cond_wait(&l->cond, &l->lock);
+  }
+  pthread_mutex_unlock(&l->lock);
   return 0;
 }
 
@@ -276,6 +328,11 @@ int main(int argc, char** argv) {
     args[i].type_index = kTVMFFIDLTensorPtr;
     args[i].v_ptr = &a->t;
   }
+  char stats[512] = "";
+  char word[64];
+  if (fscanf(m, "%63s", word) == 1) {
+    if (strcmp(word, "stats") != 0 || fscanf(m, "%511s", stats) != 1) die(2, "%s", "bad manifest: stats");
+  }
   fclose(m);
 
   int rc = fn(NULL, args, nargs, &ret);
@@ -284,5 +341,12 @@ int main(int argc, char** argv) {
     return 5;
   }
   for (int i = 0; i < nargs; ++i) write_file(&g_args[i]);
+  if (stats[0]) {
+    FILE* f = fopen(stats, "w");
+    if (!f) die(2, "cannot write %s", stats);
+    fprintf(f, "launches %ld\ntasks %ld\nbarriers %ld\nthreads %ld\n", g_launches, g_tasks_run, g_barriers,
+            g_max_threads);
+    if (fclose(f) != 0) die(2, "cannot write %s", stats);
+  }
   return 0;
 }
