@@ -97,6 +97,7 @@ def test_backends_json_lists_every_profile_and_what_it_can_do_here():
     rows = json.loads(ekb("backends", "--json", check=True).stdout)
     by_name = {r["name"]: r for r in rows}
     assert set(by_name) == set(load_profiles())
+    assert [r["name"] for r in rows if not r["build"]["ok"]] == []  # TVM builds for every profile here
     host = by_name["host-cpu"]
     assert host["build"]["ok"] and host["check"]["ok"] and host["time"]["ok"]
     orin = by_name["jetson-orin-nano"]
@@ -189,3 +190,120 @@ def test_report_has_a_column_group_per_backend(tmp_path):
     summary = json.loads((tmp_path / "r.json").read_text())
     gpu = next(b for b in summary["backends"] if b["backend"] == "jetson-orin-nano")
     assert gpu["levels"][-1]["correct_at_1"] is None and gpu["levels"][-1]["not_checked"] == 1
+
+
+# ------------------------------------------------------------------------------------------ local GPU
+def _cuda_here() -> bool:
+    import tvm
+
+    try:
+        return bool(tvm.runtime.enabled("cuda")) and tvm.cuda(0).exist
+    except Exception:
+        return False
+
+
+HAS_CUDA = _cuda_here()
+needs_cuda = pytest.mark.skipif(
+    not HAS_CUDA, reason="needs a CUDA GPU and its driver (this machine has none)"
+)
+without_cuda = pytest.mark.skipif(HAS_CUDA, reason="checks what happens on a machine without a CUDA GPU")
+
+
+def test_host_gpu_profile_runs_locally_on_cuda():
+    profile = load_profiles()["host-gpu"]
+    assert profile.kind == "gpu" and profile.run == "local" and profile.target["kind"] == "cuda"
+    assert "arch" not in profile.target  # TVM detects the local device's
+
+
+@without_cuda
+def test_local_gpu_without_a_device_is_an_infra_failure_not_a_wrong_kernel():
+    from edgekernelbench.backends.gpu import gpu_default_spec
+    from edgekernelbench.backends.registry import get_profile
+
+    spec = gpu_default_spec(get_problem(TINY), get_profile("host-gpu"))
+    r = evaluate(TINY, spec, "host-gpu", trials=1, limits=LIMITS)
+    assert not r.correct and r.reason == "infra", (r.reason, r.detail)
+    assert "host-gpu" in r.detail and "cuda" in r.detail
+
+
+@without_cuda
+def test_eval_peak_and_backends_say_in_one_line_that_there_is_no_gpu(tmp_path):
+    from test_cli import write_candidates
+
+    from edgekernelbench.store import RunStore
+
+    write_candidates(tmp_path, {0: "not a module"})
+    ekb("eval", tmp_path, "--backend", "host-cpu", "--no-measure", check=True)
+    before = RunStore(tmp_path).results()
+    assert len(before) == 1
+    assert_one_line_error(ekb("eval", tmp_path, "--backend", "host-gpu"), "no NVIDIA driver")
+    assert len(RunStore(tmp_path).results()) == 1  # nothing stored is lost
+    assert_one_line_error(ekb("peak", "--backend", "host-gpu"), "host-gpu")
+    assert_one_line_error(
+        ekb("baseline", "--backend", "host-gpu", "--out", tmp_path / "b"), "no NVIDIA driver"
+    )
+    row = next(r for r in json.loads(ekb("backends", "--json", check=True).stdout) if r["name"] == "host-gpu")
+    assert row["build"]["ok"] and not row["check"]["ok"] and "no cuda runtime" in row["check"]["detail"]
+
+
+@needs_cuda
+def test_local_gpu_judges_candidates_on_the_device():
+    """On a machine with a CUDA GPU: the dlight candidate is correct and timed against tvm-default on
+    the device; a wrong and a half-writing thread-bound kernel fail with the host harness's reasons."""
+    from test_harness import SIG, prim
+
+    from edgekernelbench.backends.gpu import gpu_default_spec
+    from edgekernelbench.backends.registry import get_profile
+    from edgekernelbench.harness.timing import TimingConfig
+    from edgekernelbench.ir.spec import KernelSpec
+
+    spec = gpu_default_spec(get_problem(DENSE), get_profile("host-gpu"))
+    r = evaluate(DENSE, spec, "host-gpu", trials=3, timing=TimingConfig.quick(), limits=LIMITS)
+    assert r.compiled and r.correct, (r.reason, r.detail)
+    assert r.timing_status == "measured" and r.runtime.median > 0 and "tvm-default" in r.speedups
+    assert (
+        r.extra["device"]["local"]["device"].startswith("cuda") and "__global__" in r.extra["device_source"]
+    )
+
+    def bound(body: str) -> str:
+        return prim(
+            "for i in T.thread_binding(4, thread='blockIdx.x'):\n"
+            "    for j in T.thread_binding(8, thread='threadIdx.x'):\n        " + body,
+            SIG,
+        )
+
+    cases = {
+        "wrong_output": bound("out[i, j] = x[i, j] * w1[j]"),
+        "nan_output": bound("if i < 2:\n            out[i, j] = x[i, j] * w1[j] + b3[j]"),
+    }
+    for reason, text in cases.items():
+        r = evaluate(
+            TINY, KernelSpec(problem=TINY, module=text), "host-gpu", trials=2, measure=False, limits=LIMITS
+        )
+        assert r.compiled and r.reason == reason, (reason, r.reason, r.detail)
+
+
+@needs_cuda
+def test_peak_measures_a_local_gpu(tmp_path):
+    path = tmp_path / "profiles.toml"
+    ekb("peak", "--backend", "host-gpu", "--profiles-file", path, check=True)
+    gpu = tomllib.loads(path.read_text())["host-gpu"]
+    assert gpu["peak_flops"] > 1e11 and gpu["peak_bandwidth"] > 1e10
+
+
+def test_gpu_peak_micro_kernels_build_device_code():
+    import tvm
+
+    from edgekernelbench.backends import peak
+
+    for target in ({"kind": "cuda", "arch": "sm_87"}, {"kind": "opencl"}):
+        k = peak._build(tvm.target.Target(target, host={"kind": "llvm"}), 16, 8, 1)
+        assert [m.kind for m in k.fma.mod.imports] == [target["kind"]]
+        assert [m.kind for m in k.scale.mod.imports] == [target["kind"]]
+        assert k.fma_flops == 2.0 * k.fma_elems * peak.GPU_ITERS and k.n >= 256 * 2**20 // 4
+
+
+@pytest.mark.parametrize("backend, run", [("mali", "compile-only"), ("rpi4", "emulated")])
+def test_baselines_on_a_backend_that_cannot_time_here_is_one_line(tmp_path, backend, run):
+    p = ekb("baseline", "--backend", backend, "--problem", TINY, "--out", tmp_path)
+    assert_one_line_error(p, f"{backend} cannot time anything here (run = {run})")

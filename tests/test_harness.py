@@ -143,6 +143,19 @@ for i, j in T.grid(4, 8):
     assert r.reason == "memory", (r.reason, r.detail)
 
 
+def test_resident_memory_limit_where_the_address_space_is_not_limited():
+    """Local-GPU workers have no RLIMIT_AS (GPU runtimes reserve huge address ranges): the parent kills
+    a worker whose resident memory passes the limit."""
+    body = """buf = T.alloc_buffer((1000000000,), "float32")
+for k in range(1000000000):
+    buf[k] = x[0, 0]
+for i, j in T.grid(4, 8):
+    out[i, j] = buf[i * 8 + j]"""
+    limits = Limits(timeout_s=60, memory_mb=2048, address_space=False)
+    r = judge(prim(body), trials=1, limits=limits)
+    assert r.reason == "memory" and "resident" in r.detail, (r.reason, r.detail)
+
+
 def test_worker_gets_no_secrets(monkeypatch):
     from edgekernelbench.harness.isolation import worker_env
 

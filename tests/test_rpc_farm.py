@@ -1,8 +1,10 @@
-"""The device farm over TVM RPC, on loopback: a real tracker and `ekb farm server`s (TVM's rpc_server)
-under two keys. Candidates are judged on the devices of their profile's key (routing), in parallel on the
-devices of one key, a key without devices is an infrastructure failure, a crashing kernel is a crash
-(and its device comes back), and a device killed mid-run costs no record: the item is retried on another
-device or, after a rerun, resumed.
+"""The device farm over TVM RPC, on loopback: a real tracker and `ekb farm server`s (TVM's rpc_server
+with the EKB functions) under two keys, plus a plain `python -m tvm.exec.rpc_server` and an `ekb farm
+server` without onnxruntime. Candidates are judged on the devices of their profile's key (routing), in
+parallel on the devices of one key, a key without devices is an infrastructure failure, a crashing kernel
+is a crash (and its device comes back), and a device killed mid-run costs no record: the item is retried
+on another device or, after a rerun, resumed. The onnxruntime baseline is timed on the device when its
+server can, and recorded as not measured, with the reason, when it cannot.
 
 Every process started here has its own process group and is killed by its id at teardown."""
 
@@ -27,6 +29,8 @@ TINY = "L1/tiny_scale_add"
 L1 = "L1/dwconv3x3_kws"  # several kernels and main_transform_params (a tuple argument)
 KEY_A = "host-cpu-rpc"  # the built-in loopback profile; two devices
 KEY_B = "ekb-test-b"  # one device
+KEY_PLAIN = "ekb-test-plain"  # one plain `python -m tvm.exec.rpc_server`: no EKB functions
+KEY_NOORT = "ekb-test-noort"  # one `ekb farm server` where onnxruntime is not installed
 PROFILES = f"""
 [ekb-rpc-b]
 kind = "host"
@@ -45,7 +49,21 @@ kind = "host"
 run = "remote"
 rpc_key = "ekb-test-none"
 target = {{ kind = "llvm", mcpu = "native" }}
+
+[ekb-rpc-plain]
+kind = "host"
+run = "remote"
+rpc_key = "{KEY_PLAIN}"
+target = {{ kind = "llvm", mcpu = "native" }}
+
+[ekb-rpc-noort]
+kind = "host"
+run = "remote"
+rpc_key = "{KEY_NOORT}"
+target = {{ kind = "llvm", mcpu = "native" }}
 """
+# on a server's PYTHONPATH, hides the installed onnxruntime as if it were not there
+NO_ORT_PACKAGE = 'raise ModuleNotFoundError("No module named \'onnxruntime\'", name="onnxruntime")\n'
 CRASH = prim("for i, j in T.grid(4, 8):\n    out[i * 100000000, j] = x[i, j] * w1[j] + b3[j]")
 
 
@@ -62,24 +80,37 @@ class Farm:
         self.ports: dict[str, int] = {}
         self.tracker = ""
 
-    def start(self, name: str, *args: str) -> subprocess.Popen:
+    def spawn(self, name: str, cmd: list[str], env: dict | None = None) -> subprocess.Popen:
         log = open(self.workdir / f"{name}.log", "w")  # noqa: SIM115 (closed with the process)
         proc = subprocess.Popen(
-            [sys.executable, "-m", "edgekernelbench.cli", "farm", *args],
+            cmd,
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
+            env=env,
             start_new_session=True,  # its own process group: the server, its popen_worker, sessions
         )
         log.close()
         self.procs[name] = proc
         return proc
 
-    def start_server(self, name: str, key: str) -> None:
+    def start(self, name: str, *args: str, env: dict | None = None) -> subprocess.Popen:
+        return self.spawn(name, [sys.executable, "-m", "edgekernelbench.cli", "farm", *args], env)
+
+    def start_server(self, name: str, key: str, env: dict | None = None) -> None:
         port = free_port()
         self.ports[name] = port
-        self.start(name, "server", "--key", key, "--tracker", self.tracker, "--port", str(port))
+        self.start(name, "server", "--key", key, "--tracker", self.tracker, "--port", str(port), env=env)
+
+    def start_plain_server(self, name: str, key: str) -> None:
+        """TVM's own rpc_server, as on a board without edgekernelbench."""
+        port = free_port()
         self.ports[name] = port
+        cmd = [sys.executable, "-m", "tvm.exec.rpc_server", "--host", "127.0.0.1", "--port", str(port)]
+        self.spawn(name, cmd + ["--port-end", str(port + 1), "--tracker", self.tracker, "--key", key])
+
+    def log(self, name: str) -> str:
+        return (self.workdir / f"{name}.log").read_text()
 
     def kill(self, name: str) -> None:
         proc = self.procs[name]
@@ -124,7 +155,13 @@ def farm(tmp_path_factory):
         f.start_server("a1", KEY_A)
         f.start_server("a2", KEY_A)
         f.start_server("b1", KEY_B)
-        f.wait_devices({KEY_A: 2, KEY_B: 1})
+        f.start_plain_server("p1", KEY_PLAIN)
+        hidden = work / "no-onnxruntime"
+        (hidden / "onnxruntime").mkdir(parents=True)
+        (hidden / "onnxruntime" / "__init__.py").write_text(NO_ORT_PACKAGE)
+        path = os.pathsep.join(filter(None, [str(hidden), os.environ.get("PYTHONPATH")]))
+        f.start_server("n1", KEY_NOORT, env={**os.environ, "PYTHONPATH": path})
+        f.wait_devices({KEY_A: 2, KEY_B: 1, KEY_PLAIN: 1, KEY_NOORT: 1})
         yield f
     finally:
         for name in list(f.procs):
@@ -208,9 +245,10 @@ def test_eval_routes_by_key_runs_devices_in_parallel_and_times_remotely(farm, tm
     assert {r.extra["device"]["server"] for r in on_a} == farm.servers("a1", "a2")  # both A devices
     assert {r.extra["device"]["server"] for r in on_b} == farm.servers("b1")
     assert {r.extra["device"]["key"] for r in on_a} == {KEY_A}
-    for r in on_a:  # timed on the device against tvm-default; onnxruntime cannot run there
-        assert r.timing_status == "measured" and set(r.baselines) == {"tvm-default"}, r
-        assert "onnxruntime" in r.extra["not_measured"] and r.runtime.median > 0
+    for r in on_a:  # timed on the device against tvm-default and onnxruntime, both on the device
+        assert r.timing_status == "measured" and set(r.baselines) == {"tvm-default", "onnxruntime"}, r
+        assert r.extra["onnxruntime_on"] == "device" and "not_measured" not in r.extra
+        assert r.runtime.median > 0
     l1 = recs[(L1, 0, "host-cpu-rpc")]
     assert l1.correctness.trials == 2 and max(l1.correctness.max_abs_err) < 1e-3
 
@@ -274,6 +312,84 @@ def test_a_cross_profile_exports_for_its_board(name, machine):
     for path in (built.graph_path, built.kernels_path):
         head = path.read_bytes()[:20]
         assert head[:4] == b"\x7fELF" and int.from_bytes(head[18:20], "little") == machine, path
+
+
+# ------------------------------------------------------------------------------------------ onnxruntime
+def _judge(problem, backend: str, farm):
+    from edgekernelbench.harness.api import evaluate
+    from edgekernelbench.harness.isolation import Limits
+    from edgekernelbench.harness.timing import TimingConfig
+
+    return evaluate(problem, CORRECT, backend, tracker=farm.tracker, trials=1, timing=TimingConfig.quick(),
+                    limits=Limits(timeout_s=120))  # fmt: skip
+
+
+def test_onnxruntime_is_timed_on_the_device_by_ekb_farm_server(farm):
+    import onnxruntime
+
+    farm.wait_devices({KEY_A: 2})
+    r = _judge(TINY, "host-cpu-rpc", farm)
+    assert r.correct and r.timing_status == "measured", (r.reason, r.detail)
+    assert set(r.baselines) == {"tvm-default", "onnxruntime"} and set(r.speedups) == set(r.baselines)
+    assert r.extra["onnxruntime_on"] == "device" and r.extra["onnxruntime_version"] == onnxruntime.__version__
+    assert "not_measured" not in r.extra
+    ort = r.baselines["onnxruntime"]  # the same interleaved protocol as the candidate's
+    assert ort.median > 0 and ort.count == r.runtime.count == r.baselines["tvm-default"].count
+    server = next(n for n in ("a1", "a2") if farm.servers(n) == {r.extra["device"]["server"]})
+    assert "ekb.ort.load: onnxruntime" in farm.log(server)  # the session was the device's
+
+
+@pytest.mark.parametrize(
+    "backend, reason",
+    [
+        ("ekb-rpc-plain", "the device's RPC server has no EKB functions: start it with `ekb farm server`"),
+        ("ekb-rpc-noort", "onnxruntime is not installed on the device"),
+    ],
+)
+def test_a_device_that_cannot_run_onnxruntime_still_judges_the_candidate(farm, backend, reason):
+    farm.wait_devices({KEY_PLAIN: 1, KEY_NOORT: 1})
+    r = _judge(TINY, backend, farm)
+    assert r.correct and r.timing_status == "measured", (r.reason, r.detail)
+    assert set(r.baselines) == set(r.speedups) == {"tvm-default"}
+    assert r.extra["not_measured"] == {"onnxruntime": reason} and "onnxruntime_on" not in r.extra
+
+
+def test_baseline_measures_onnxruntime_on_the_device_where_it_can(farm, tmp_path):
+    from edgekernelbench.store import RunStore
+
+    farm.wait_devices({KEY_A: 2, KEY_PLAIN: 1})
+    base = ["baseline", "--problem", L1, "--tracker", farm.tracker, "--quick", "--out"]
+    p = ekb(*base, tmp_path / "a", "--backend", "host-cpu-rpc", check=True)
+    assert "onnxruntime not measured" not in p.stderr, p.stderr
+    with RunStore(tmp_path / "a") as store:
+        rows = {k[2]: v for k, v in store.baselines("host-cpu-rpc").items() if k[0] == L1}
+    assert set(rows) == {"reference", "tvm-default", "onnxruntime"}
+    assert rows["onnxruntime"]["extra"]["on"] == "device" and rows["onnxruntime"]["timing"]["median"] > 0
+
+    p = ekb(*base, tmp_path / "p", "--backend", "ekb-rpc-plain", check=True)
+    assert "onnxruntime not measured on the device: the device's RPC server has no EKB functions" in p.stderr
+    with RunStore(tmp_path / "p") as store:
+        first = {k[2]: v["created"] for k, v in store.baselines("ekb-rpc-plain").items() if k[0] == L1}
+    assert set(first) == {"reference", "tvm-default"}
+    p = ekb(*base, tmp_path / "p", "--backend", "ekb-rpc-plain", check=True)  # nothing more to measure
+    assert "no EKB functions" in p.stderr, p.stderr
+    with RunStore(tmp_path / "p") as store:
+        again = {k[2]: v["created"] for k, v in store.baselines("ekb-rpc-plain").items() if k[0] == L1}
+    assert again == first
+
+
+def test_the_device_side_is_one_standalone_file(tmp_path):
+    """farm_server.py runs on a board as a copied single file: it imports nothing of edgekernelbench
+    (here: no site-packages at all, so only the standard library) until it starts TVM's server."""
+    import shutil
+
+    from edgekernelbench.backends import farm_server
+
+    copy = tmp_path / "farm_server.py"
+    shutil.copy(farm_server.__file__, copy)
+    env = {"PATH": os.environ.get("PATH", "")}
+    p = subprocess.run([sys.executable, "-S", str(copy), "--help"], capture_output=True, text=True, env=env)
+    assert p.returncode == 0 and "ONNX Runtime" in p.stdout, p.stderr
 
 
 def _serving(proc: subprocess.Popen) -> bool:

@@ -394,7 +394,11 @@ def _eval_options(f):
         "--timeout", type=float, default=300.0, show_default=True, help="Wall-clock limit per candidate (s)."
     )(f)
     f = click.option(
-        "--memory-mb", type=int, default=6144, show_default=True, help="Address-space limit per worker (MiB)."
+        "--memory-mb",
+        type=int,
+        default=6144,
+        show_default=True,
+        help="Memory limit per worker (MiB): address space; resident memory on a local GPU.",
     )(f)
     f = _tracker_option(f)
     return f
@@ -583,12 +587,14 @@ def check(problem, candidate, **opts):
 @click.option("--force", is_flag=True, help="Measure again problems already measured.")
 @_tracker_option
 def baseline(backend, level, problems, run_dir, threads, quick, force, tracker):
-    """Measure the baselines (tvm-default, onnxruntime, and the unscheduled reference) for the suite."""
-    from .baselines.measure import measure_baselines
+    """Measure the baselines (tvm-default, onnxruntime, and the unscheduled reference) for the suite.
+    On a GPU: tvm-default and the reference with dlight's GPU schedule (no CPU onnxruntime)."""
+    from .baselines.measure import measurable, measure_baselines
     from .problems import select
 
     (backend,) = _backends(backend)
     _check_tracker(tracker, [backend])
+    measurable(backend, threads, tracker)  # one clear line when nothing can be timed there
     probs = select(level=level, ids=list(problems) or None)
     with _progress() as prog:
         task = prog.add_task(f"baselines {backend}", total=len(probs), status="")
@@ -822,6 +828,10 @@ def peak(backend, threads, profiles_file, mib, tracker):
             f"a farm device with an rpc_key and --tracker; its peaks stay '{profile.peak_source or 'none'}'"
         )
     else:
+        if profile.kind == "gpu":
+            from .backends.gpu import local_device
+
+            local_device(profile)  # no device here: one clear line
         with console.status(f"measuring {name} ({profile.threads} thread(s))"):
             result = measure_peak_isolated(name, profile.threads, mib)
         if not result:
@@ -902,8 +912,9 @@ def farm_tracker(host, port):
     help="The runtime's threads (TVM_NUM_THREADS).",
 )
 def farm_server(key, tracker, host, port, port_end, threads):
-    """Run TVM's RPC server (python -m tvm.exec.rpc_server) for this machine under KEY, registered with
-    the tracker; restarted when a session's process dies (a crashing kernel)."""
+    """Run TVM's RPC server for this machine under KEY, registered with the tracker; restarted when a
+    session's process dies (a crashing kernel). It also times the onnxruntime baseline here when
+    onnxruntime is installed (python -m edgekernelbench.backends.farm_server)."""
     import signal
 
     from .backends.rpc import default_tracker, serve_device, server_host_for

@@ -10,16 +10,9 @@ from .problems import Problem
 def ort_session(model, threads: int = 1, optimize: bool = True):
     import onnxruntime as ort
 
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    so.log_severity_level = 3
-    # no busy-waiting pool threads between runs: they would slow the TVM code timed in turn with ORT
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    so.graph_optimization_level = (
-        ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimize else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    )
+    from .backends.farm_server import ort_session_options  # one set of options, here and on a board
+
+    so = ort_session_options(ort, threads, optimize)
     return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
 
 

@@ -128,6 +128,10 @@ def device_plan(backend: str, cfg: EvalConfig) -> tuple[str | None, int]:
     from .backends.registry import get_profile
 
     profile = get_profile(backend, cfg.threads)
+    if profile.kind == "gpu" and profile.run == "local" and not cfg.tracker:
+        from .backends.gpu import local_device
+
+        local_device(profile)  # no device here: one clear error before any worker starts
     if not (cfg.tracker or profile.run == "remote"):
         return None, 1
     from .backends.rpc import remote_plan
@@ -247,14 +251,16 @@ def backend_peak(store: RunStore, backend: str, threads: int) -> dict | None:
 
 def measure_peak_isolated(backend: str, threads: int, mib: int | None = None) -> dict | None:
     """Measures the backend's peaks with backends/peak.py in a fresh process whose thread pool has
-    `threads` threads (local backends only; None otherwise or on failure). `mib`: bandwidth buffer."""
+    `threads` threads (local backends, CPU or GPU; None otherwise or on failure). `mib`: bandwidth buffer."""
     from .backends.host import resolve_target
     from .backends.registry import get_profile
 
     profile = get_profile(backend, threads)
     if profile.run != "local":
         return None
-    env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "PYTHONPATH")}
+    from .harness.isolation import ENV_ALLOW
+
+    env = {k: v for k, v in os.environ.items() if k in ENV_ALLOW}  # PATH, a GPU's libraries, ...
     env.update(TVM_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
     cmd = [
         sys.executable,

@@ -75,11 +75,29 @@ def probe_build(profile: BackendProfile) -> tuple[bool, str]:
         return False, f"no: {type(e).__name__}: {lines[-1] if lines else ''}"[:200]
 
 
+def local_gpu(profile: BackendProfile) -> tuple[bool, str] | None:
+    """For a GPU profile with run = "local": (whether its device is here, what to show); else None."""
+    if profile.kind != "gpu" or profile.run != "local":
+        return None
+    from .gpu import DeviceUnavailable, device_description, local_device
+
+    try:
+        with _quiet_stderr():
+            dev = local_device(profile)
+            name = device_description(dev).get("device_name") or str(dev)
+    except DeviceUnavailable as e:
+        return False, f"no: {e.short}"
+    return True, f"yes ({name})"
+
+
 def backend_capabilities(profile: BackendProfile) -> dict:
     """The profile as data plus {"build", "check", "time"}: each {"ok": bool, "detail": str}."""
     build_ok, build_detail = probe_build(profile)
+    device = local_gpu(profile) if build_ok else None
     if not build_ok:
         check = (False, "no")
+    elif device is not None:
+        check = (device[0], device[1])
     elif profile.run == "local":
         check = (True, "yes")
     elif profile.run == "emulated":
@@ -98,6 +116,8 @@ def backend_capabilities(profile: BackendProfile) -> dict:
         check = (False, "no")
     if not build_ok:
         timing = (False, "no")
+    elif device is not None:
+        timing = (device[0], "yes" if device[0] else "no")
     elif profile.run == "local":
         timing = (True, "yes")
     elif profile.run == "remote":

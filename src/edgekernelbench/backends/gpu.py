@@ -9,8 +9,13 @@ memory, without an error. `build` therefore checks, after the Relax lowering pip
 generation, that every buffer store of every PrimFunc sits under a thread binding, and raises
 `UnboundLoops` naming the PrimFuncs that do not; the harness records that as a compile error.
 
-Running on a device (timing, correctness) needs a reachable one; the built-in GPU profiles are
-compile-only, so the harness reports "compiled, correctness not checked" for them.
+Running on a device (correctness, timing) needs a reachable one, with the same harness as the CPU:
+- run = "local": a device of the target's kind in this machine (`host-gpu`: CUDA device 0, its arch
+  detected by TVM), through a TVM runtime built with that kind (the PyPI wheel has CUDA). A missing
+  runtime or device is one clear error (`DeviceUnavailable`), recorded as "infra", never as a wrong kernel;
+- run = "remote": a device behind a TVM RPC tracker (rpc.py builds here with this backend);
+- otherwise ("compile-only", the built-in Jetson / Mali / Adreno / WebGPU / Metal profiles) the harness
+  reports "compiled, correctness not checked".
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from dataclasses import dataclass, field
 
 from ..errors import EKBError
 from .base import Backend, Built, Loaded, Session
+from .host import LocalSession
 
 DEVICE_MODULE_KINDS = ("cuda", "opencl", "metal", "webgpu", "vulkan", "hip", "rocm")
 SOURCE_LANGUAGE = {
@@ -41,6 +47,56 @@ _KERNEL_RE = {
     "metal": re.compile(r"kernel\s+void\s+(\w+)\s*\("),
     "wgsl": re.compile(r"@compute[^\n]*\n\s*fn\s+(\w+)\s*\("),
 }
+
+
+class DeviceUnavailable(EKBError):
+    """A local GPU profile whose device cannot be used here (no runtime for its kind, or no device);
+    `short`: the reason in a few words, for a table cell."""
+
+    def __init__(self, message: str, short: str):
+        self.short = short
+        super().__init__(message)
+
+
+def local_device(profile):
+    """The profile's local device (`kind` of its target, device 0), or DeviceUnavailable saying why."""
+    import tvm
+
+    kind = str(profile.target.get("kind"))
+    try:
+        enabled = bool(tvm.runtime.enabled(kind))
+    except Exception:  # a kind TVM has no runtime switch for (e.g. webgpu: a browser's)
+        enabled = False
+    if not enabled:
+        why = {
+            "cuda": "it needs the NVIDIA driver's libcuda.so.1: no NVIDIA driver on this machine",
+        }.get(kind, f"this TVM build has no {kind} runtime")
+        raise DeviceUnavailable(
+            f"{profile.name}: TVM's {kind} runtime is not loaded ({why}); run it where the device is, "
+            f'or reach one over RPC (run = "remote" and an rpc_key)',
+            short=f"no {kind} runtime" + (" (no NVIDIA driver)" if kind == "cuda" else ""),
+        )
+    dev = tvm.device(kind, 0)
+    if not dev.exist:
+        raise DeviceUnavailable(
+            f"{profile.name}: no {kind} device found here ({kind}:0 does not exist: no GPU, no driver, "
+            f"or hidden by CUDA_VISIBLE_DEVICES)",
+            short=f"no {kind} device",
+        )
+    return dev
+
+
+def device_description(dev) -> dict:
+    """What the record says about a local GPU: name, compute version, memory (what TVM can tell)."""
+    out = {"device": str(dev)}
+    for attr in ("device_name", "compute_version", "multi_processor_count", "total_global_memory"):
+        try:
+            value = getattr(dev, attr)
+        except Exception:
+            continue
+        if value is not None:
+            out[attr] = value
+    return out
 
 
 class UnboundLoops(EKBError):
@@ -153,7 +209,8 @@ def kernel_names(source: str, language: str) -> list[str]:
 
 # ---------------------------------------------------------------------------------- backend
 class GPUBackend(Backend):
-    """Builds for a GPU target (with its host) and keeps the device source. Compile-only here."""
+    """Builds for a GPU target (with its host) and keeps the device source; runs on a local device
+    when the profile's run is "local" (remote devices: rpc.py's RPCBackend builds with this class)."""
 
     def target(self, extra_attrs=None):
         import tvm
@@ -195,12 +252,21 @@ class GPUBackend(Backend):
         )
 
     def session(self) -> Session:
-        if self.profile.can_check:  # a device to run on: that is the RPC backend's job (rpc.py)
+        if self.profile.run == "local":
+            return LocalGPUSession(local_device(self.profile))
+        if self.profile.can_check:  # remote: the RPC backend's job (rpc.py); emulated: no GPU emulator
             raise EKBError(
-                f"{self.name}: run = {self.profile.run} needs a device session; GPU profiles run on a "
-                f"device only through a TVM RPC tracker (run = remote)"
+                f"{self.name}: run = {self.profile.run} needs a device session; a GPU profile runs on a "
+                f"local device (run = local) or through a TVM RPC tracker (run = remote)"
             )
         return CompileOnlySession(self.name, self.profile.run)
+
+
+class LocalGPUSession(LocalSession):
+    """A GPU of this machine: tensors live in device memory; the harness copies results back."""
+
+    def describe(self) -> dict:
+        return {"device": {"local": device_description(self.device)}}
 
 
 class CompileOnlySession(Session):

@@ -2,7 +2,9 @@
 
 - FLOP/s: `chains` independent vector FMA chains of `lanes` float32 lanes, kept in a small local
   buffer, iterated `iters` times (2 FLOP per lane per FMA);
-- bandwidth: y = 2 * x over a buffer much larger than the last-level cache (read + write bytes).
+- bandwidth: y = 2 * x over a buffer much larger than the last-level cache (read + write bytes);
+- on a GPU target the same two, bound to threads: every thread of a large grid runs the FMA chains in
+  registers, and the scale kernel is one element per thread over at least 256 MiB (past any L2).
 Both are what TVM-generated code reaches, so a roofline fraction of 1.0 means "as fast as TVM
 can go on this core", not a datasheet figure. Run `python -m edgekernelbench.backends.peak --threads N`
 in a fresh process so the thread pool has the profile's size.
@@ -62,30 +64,92 @@ def _scale_kernel(n: int, threads: int):
     return sch.mod["main"]
 
 
+# GPU micro-kernels: every thread of GPU_BLOCKS x GPU_THREADS keeps CHAINS accumulators in registers
+GPU_BLOCKS, GPU_THREADS, GPU_ITERS = 1024, 256, 4096
+
+
+def _gpu_fma_kernel(blocks: int, tpb: int, chains: int, iters: int):
+    from tvm.script import tirx as T
+
+    n = blocks * tpb * chains
+
+    @T.prim_func
+    def fma(A: T.Buffer((n,), "float32"), X: T.Buffer((2,), "float32")):
+        for b in T.thread_binding(blocks, thread="blockIdx.x"):
+            for t in T.thread_binding(tpb, thread="threadIdx.x"):
+                acc = T.alloc_buffer((chains,), "float32", scope="local")
+                s0 = T.float32(1) - X[0] * X[0] * T.float32(0.0001)
+                s1 = X[1] * T.float32(0.5)
+                for c in T.unroll(chains):
+                    acc[c] = A[(b * tpb + t) * chains + c]
+                for _ in range(iters):
+                    for c in T.unroll(chains):
+                        acc[c] = acc[c] * s0 + s1
+                for c in T.unroll(chains):
+                    A[(b * tpb + t) * chains + c] = acc[c]
+
+    return fma
+
+
+def _gpu_scale_kernel(n: int, tpb: int):
+    from tvm import s_tir, te
+
+    a = te.placeholder((n,), "float32", name="A")
+    b = te.compute((n,), lambda i: a[i] * 2.0, name="B")
+    sch = s_tir.Schedule(te.create_prim_func([a, b]))
+    (i,) = sch.get_loops(sch.get_sblock("B"))
+    bx, tx = sch.split(i, [None, tpb])
+    sch.bind(bx, "blockIdx.x")
+    sch.bind(tx, "threadIdx.x")
+    return sch.mod["main"]
+
+
 CHAINS, ITERS = 8, 100_000
 
 
-def _build(target, lanes: int, mib: int, threads: int):
-    """The two micro-kernels compiled for `target`: (fma, scale, n float32 elements of the buffer)."""
+@dataclass(frozen=True)
+class MicroKernels:
+    """The two micro-kernels built for a target: FLOPs of one fma call, elements of the scale buffer."""
+
+    fma: object
+    scale: object
+    fma_elems: int
+    fma_flops: float
+    n: int
+
+
+def _build(target, lanes: int, mib: int, threads: int) -> MicroKernels:
+    """The micro-kernels compiled for `target`: CPU (a vector FMA loop per core, a parallel vectorized
+    scale) or GPU (every thread of a large grid runs FMA chains; a thread-bound scale)."""
     import tvm
 
-    fma = tvm.compile(
-        tvm.IRModule({"main": _fma_kernel(CHAINS, lanes, ITERS).with_attr("global_symbol", "main")}), target
-    )
     n = mib * 2**20 // 4
-    scale = tvm.compile(tvm.IRModule({"main": _scale_kernel(n, threads)}), target)
-    return fma, scale, n
+    if target.kind.name == "llvm":
+        fma_func, elems = _fma_kernel(CHAINS, lanes, ITERS), CHAINS * lanes
+        flops = 2.0 * CHAINS * lanes * ITERS * threads  # one kernel per core: the scalar loop is not parallel
+        scale_func = _scale_kernel(n, threads)
+    else:
+        fma_func = _gpu_fma_kernel(GPU_BLOCKS, GPU_THREADS, CHAINS, GPU_ITERS)
+        elems = GPU_BLOCKS * GPU_THREADS * CHAINS
+        flops = 2.0 * elems * GPU_ITERS
+        n = max(n, 256 * 2**20 // 4)
+        n -= n % GPU_THREADS
+        scale_func = _gpu_scale_kernel(n, GPU_THREADS)
+    fma = tvm.compile(tvm.IRModule({"main": fma_func.with_attr("global_symbol", "main")}), target)
+    scale = tvm.compile(tvm.IRModule({"main": scale_func}), target)
+    return MicroKernels(fma, scale, elems, flops, n)
 
 
-def _time(fma, scale, n: int, lanes: int, threads: int, dev, target_dict: dict, source: str) -> Peak:
+def _time(fma, scale, k: MicroKernels, threads: int, dev, target_dict: dict, source: str) -> Peak:
     """Times the loaded kernels (runtime modules, local or remote) on `dev`."""
     import numpy as np
     import tvm
 
-    a = tvm.runtime.tensor(np.ones(CHAINS * lanes, "float32"), dev)
+    n = k.n
+    a = tvm.runtime.tensor(np.ones(k.fma_elems, "float32"), dev)
     x = tvm.runtime.tensor(np.array([0.999, 0.001], "float32"), dev)
     t = fma.time_evaluator("main", dev, number=3, repeat=7)(a, x).median
-    flops = 2 * CHAINS * lanes * ITERS / t * threads  # one kernel per core: the scalar loop is not parallel
+    flops = k.fma_flops / t
     src = tvm.runtime.tensor(np.ones(n, "float32"), dev)
     dst = tvm.runtime.empty((n,), "float32", dev)
     t = scale.time_evaluator("main", dev, number=2, repeat=7)(src, dst).median
@@ -99,11 +163,14 @@ def _time(fma, scale, n: int, lanes: int, threads: int, dev, target_dict: dict, 
 
 
 def measure_peak(target_dict: dict, threads: int = 1, lanes: int = 16, mib: int = 64) -> Peak:
-    """Measures on the local CPU; `target_dict` is the backend's TVM target (JSON dict)."""
+    """Measures on this machine: its CPU, or device 0 of a GPU target's kind; `target_dict` is the
+    backend's TVM target (JSON dict)."""
     import tvm
 
-    fma, scale, n = _build(tvm.target.Target(target_dict), lanes, mib, threads)
-    return _time(fma.mod, scale.mod, n, lanes, threads, tvm.cpu(0), target_dict, Peak.source)
+    target = tvm.target.Target(target_dict)
+    dev = tvm.cpu(0) if target.kind.name == "llvm" else tvm.device(target.kind.name, 0)
+    k = _build(target, lanes, mib, threads)
+    return _time(k.fma.mod, k.scale.mod, k, threads, dev, target_dict, Peak.source)
 
 
 def measure_peak_remote(profile, tracker: str, lanes: int = 16, mib: int = 64) -> tuple[Peak, str]:
@@ -119,19 +186,19 @@ def measure_peak_remote(profile, tracker: str, lanes: int = 16, mib: int = 64) -
 
     backend = RPCBackend(profile, tracker)
     threads = backend.profile.threads
-    fma, scale, n = _build(backend.target(), lanes, mib, threads)
+    k = _build(backend.target(), lanes, mib, threads)
     session = backend.session()
     remote = session.connect()  # DeviceFailure (an EKBError) when the key has no device
     source = f"TVM micro-kernels over RPC on {session.server}"
     try:
         with tempfile.TemporaryDirectory(prefix="ekb-peak-") as tmp:
             mods = []
-            for exe, stem in ((fma, "fma"), (scale, "scale")):
+            for exe, stem in ((k.fma, "fma"), (k.scale, "scale")):
                 path = Path(tmp, f"ekb_peak_{stem}.so")
                 exe.export_library(str(path), fcompile=backend.fcompile())
                 remote.upload(str(path), target=path.name)
                 mods.append(remote.load_module(path.name))
-        peak = _time(*mods, n, lanes, threads, session.device, resolve_target(backend.profile), source)
+        peak = _time(*mods, k, threads, session.device, resolve_target(backend.profile), source)
     except EKBError:
         raise
     except Exception as e:

@@ -15,6 +15,11 @@ sent as a Python tuple: the elements are copied into the device's tensor cache a
 one array of owned tensors (`pack`). And `rpc_server`'s serving loop stops for good when a session's
 process dies (a candidate that segfaults): `ekb farm server` runs it under a supervisor that restarts it.
 
+`ekb farm server` runs TVM's RPC server through backends/farm_server.py, which adds a few functions
+(`ekb.ort.*`) so that the ONNX Runtime baseline is timed on the device too (baselines/onnxruntime.py).
+A board that runs plain `python -m tvm.exec.rpc_server` judges candidates all the same; ONNX Runtime is
+then not measured there.
+
 A failure while a candidate runs remotely is classified by `RPCSession.diagnose`: a session that is
 still alive -> the candidate's own error; the device ended the session at its time limit -> "timeout";
 the session died but the device's server still answers -> "crash"; the device is gone -> "infra"
@@ -53,6 +58,8 @@ PROBE_SETTLE_S = 1.0
 # before restarting it, so a client probing the port sees "device still up" (a crash, not a lost device).
 RESTART_DELAY_S = 5.0
 DEAD_LOOP_MARKER = "exited unsuccessfully"  # rpc_server's message when a session's process died
+# what `ekb farm server` runs: TVM's rpc_server plus the EKB functions (ONNX Runtime on the device)
+SERVER_MODULE = "edgekernelbench.backends.farm_server"
 
 
 class TrackerError(EKBError):
@@ -553,11 +560,13 @@ def _kill_tree(proc: subprocess.Popen) -> None:
 def serve_device(
     key: str, tracker: str, host: str, port: int, port_end: int, threads: int = 1, echo=print
 ) -> int:
-    """TVM's `rpc_server` for `key`, registered with the tracker, restarted whenever a session's process
-    dies (which stops rpc_server's serving loop for good in TVM 0.27). Its runtime's thread pool has
-    `threads` threads (TVM_NUM_THREADS, as the harness's local workers). Returns its exit status."""
+    """TVM's RPC server with the EKB functions (`python -m edgekernelbench.backends.farm_server`, TVM's
+    `rpc_server` plus what times ONNX Runtime on the device) for `key`, registered with the tracker,
+    restarted whenever a session's process dies (which stops the serving loop for good in TVM 0.27).
+    Its runtime's thread pool has `threads` threads (TVM_NUM_THREADS, as the harness's local workers).
+    Returns its exit status."""
     farm_status(tracker)  # one clear error when the tracker is not there
-    cmd = [sys.executable, "-u", "-m", "tvm.exec.rpc_server", "--host", host, "--port", str(port)]
+    cmd = [sys.executable, "-u", "-m", SERVER_MODULE, "--host", host, "--port", str(port)]
     cmd += ["--port-end", str(port_end), "--tracker", tracker, "--key", key]
     env = {**os.environ, "TVM_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
     restarts = 0

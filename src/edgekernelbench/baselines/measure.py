@@ -1,15 +1,68 @@
 """`ekb baseline`: measure tvm-default, onnxruntime and the unscheduled reference for a set of problems,
-with the harness's protocol (in a worker, interleaved), and keep them in a run store."""
+with the harness's protocol (in a worker, interleaved), and keep them in a run store. On a GPU the
+"reference" is the reference with dlight's GPU schedule (unscheduled loops do not build for a GPU) and
+onnxruntime is not measured (it would run on a CPU).
+
+On a remote device (a profile with an rpc_key and a tracker), onnxruntime is timed on the device when
+its server is `ekb farm server` and onnxruntime is installed there; otherwise it is not measured, with
+the reason logged once (see baselines/onnxruntime.py)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from pathlib import Path
 
+from ..backends.gpu import gpu_default_spec
+from ..errors import EKBError
 from ..generators.reference_candidates import reference_spec
 from ..harness.api import evaluate
 from ..harness.timing import TimingConfig
 from ..store import RunStore
+
+log = logging.getLogger(__name__)
+
+ALL = ("reference", "tvm-default", "onnxruntime")
+
+
+def device_ort_reason(tracker: str, key: str, timeout: float = 60.0) -> str | None:
+    """None when a device of `key` can time onnxruntime, else why not (one line)."""
+    from ..backends.base import DeviceFailure
+    from ..backends.rpc import request_device
+    from .onnxruntime import ORTUnavailable, device_ort_version
+
+    try:
+        remote, _ = request_device(tracker, key, session_timeout=timeout, wait_s=timeout)
+    except DeviceFailure as e:
+        return str(e)
+    try:
+        device_ort_version(remote)
+        return None
+    except ORTUnavailable as e:
+        return str(e)
+    finally:
+        del remote  # ends the session: the device is free again
+
+
+def measurable(backend: str, threads: int = 1, tracker: str | None = None):
+    """(profile, tracker address when it runs on a farm device, else None); an EKBError saying why
+    when nothing can be timed on the backend here (emulated, compile-only, no local GPU)."""
+    from ..backends.registry import get_profile
+    from ..backends.rpc import remote_plan
+
+    prof = get_profile(backend, threads)
+    on_device, _ = remote_plan(prof, tracker)  # the tracker's address when the profile runs on a device
+    if not on_device:
+        if prof.kind == "gpu" and prof.run == "local":
+            from ..backends.gpu import local_device
+
+            local_device(prof)  # no device here: one clear error
+        elif not prof.can_time:
+            raise EKBError(
+                f"{backend} cannot time anything here (run = {prof.run}): baselines need a local device, "
+                f"or a farm device of its rpc_key behind --tracker"
+            )
+    return prof, on_device
 
 
 def measure_baselines(
@@ -22,22 +75,44 @@ def measure_baselines(
     on_result: Callable[[str, bool], None] | None = None,
     tracker: str | None = None,
 ) -> dict:
-    """Returns {problem id: {"reference": s, "tvm-default": s, "onnxruntime": s}} (median seconds/call)."""
+    """Returns {problem id: {"reference": s, "tvm-default": s, "onnxruntime": s}} (median seconds/call;
+    onnxruntime is absent where it could not be measured)."""
     out: dict[str, dict[str, float]] = {}
-    from ..backends.registry import get_profile
+    prof, on_device = measurable(backend, threads, tracker)
+    gpu = prof.kind == "gpu"
+    wanted = ALL[:2] if gpu else ALL  # no CPU onnxruntime against a GPU (harness/evaluate.py)
+    ort_reason: list[str | None] = []  # probed once, when stored remote baselines lack onnxruntime
+    warned: set[str] = set()
 
-    prof = get_profile(backend, threads)
-    remote = bool(prof.rpc_key) and (bool(tracker) or prof.run == "remote")  # no onnxruntime there
+    def cached_names(pid: str, have: dict) -> tuple[str, ...] | None:
+        if force:
+            return None
+        if all((pid, backend, n) in have for n in wanted):
+            return wanted
+        if on_device and all((pid, backend, n) in have for n in ALL[:2]):
+            if not ort_reason:
+                ort_reason.append(device_ort_reason(on_device, prof.rpc_key or backend))
+            if ort_reason[0] is not None:  # the device cannot time it: measuring again adds nothing
+                warn(ort_reason[0])
+                return ALL[:2]
+        return None
+
+    def warn(reason: str) -> None:
+        if reason not in warned:
+            warned.add(reason)
+            log.warning("%s: onnxruntime not measured on the device: %s", backend, reason)
+
     with RunStore(run_dir) as store:
         have = store.baselines(backend)
         for p in problems:
-            names = ("reference", "tvm-default") if remote else ("reference", "tvm-default", "onnxruntime")
-            if not force and all((p.id, backend, n) in have for n in names):
+            names = cached_names(p.id, have)
+            if names:
                 out[p.id] = {n: have[(p.id, backend, n)]["timing"]["median"] for n in names}
                 if on_result:
                     on_result(p.id, True)
                 continue
-            spec = reference_spec(p)
+            # the reference as it is; on a GPU the reference must be scheduled to build at all: dlight's
+            spec = gpu_default_spec(p, prof) if gpu else reference_spec(p)
             res = evaluate(
                 p, spec, backend, threads=threads, trials=1, timing=timing, profile=True, tracker=tracker
             )
@@ -49,10 +124,14 @@ def measure_baselines(
                 )
                 times["reference"] = res.runtime.median
                 for name, t in res.baselines.items():
-                    store.put_baseline(
-                        p.id, backend, name, t, {**extra, "kernels": res.extra.get(f"kernels:{name}")}
-                    )
+                    more = {"kernels": res.extra.get(f"kernels:{name}")}
+                    if name == "onnxruntime":  # "host" or "device"
+                        more["on"] = res.extra.get("onnxruntime_on")
+                    store.put_baseline(p.id, backend, name, t, {**extra, **more})
                     times[name] = t.median
+                reason = res.extra.get("not_measured", {}).get("onnxruntime")
+                if reason:
+                    warn(reason)
             out[p.id] = times
             if on_result:
                 on_result(p.id, res.correct)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from ..ir.spec import KernelSpec, load_candidate
@@ -56,15 +56,17 @@ def evaluate(
         measure=measure,
         profile=profile,
     )
+    from ..backends.registry import get_profile
+
+    profile = get_profile(backend)
     limits = limits or Limits()
+    if profile.kind == "gpu" and profile.run == "local" and tracker is None:
+        limits = replace(limits, address_space=False)  # a GPU runtime reserves huge address ranges
     job.timeout_s = limits.timeout_s
-    if tracker is None:
-        from ..backends.registry import get_profile
+    if tracker is None and profile.run == "remote":
+        from ..backends.rpc import default_tracker
 
-        if get_profile(backend).run == "remote":
-            from ..backends.rpc import default_tracker
-
-            tracker = default_tracker()  # read here: the worker's environment is clean
+        tracker = default_tracker()  # read here: the worker's environment is clean
     job.tracker = tracker
     res = run_in_worker(job, limits)
     lost = []

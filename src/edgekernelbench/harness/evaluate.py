@@ -220,6 +220,7 @@ def run_job(job: Job) -> Result:
 
 
 def _run_job(job: Job, state: dict) -> Result:
+    from ..backends.gpu import DeviceUnavailable
     from ..backends.registry import get_backend
     from ..baselines.onnxruntime import ort_timer
     from ..baselines.tvm_default import tvm_default_module
@@ -245,7 +246,10 @@ def _run_job(job: Job, state: dict) -> Result:
     spec = KernelSpec.from_dict(job.spec, job.candidate or "candidate")
     res.spec_hash, res.method = spec.hash(), spec.method
     reference = build_reference(problem)
-    session = backend.session()
+    try:
+        session = backend.session()
+    except DeviceUnavailable as e:  # this machine's fault (no GPU or runtime), not the candidate's
+        return _done(res.failure("infra", str(e)), t_start)
     state.update(res=res, session=session, t_start=t_start)
 
     # Trusted work first: baselines are built before any candidate text is parsed.
@@ -314,10 +318,27 @@ def _run_job(job: Job, state: dict) -> Result:
         }
         for name, runner_b in baseline_runners.items():
             contenders[name] = runner_b.timer(inputs)
-        if "onnxruntime" in job.baselines and backend.profile.run == "remote":
-            res.extra["not_measured"] = {"onnxruntime": "runs on the host, not on the remote device"}
+        if "onnxruntime" in job.baselines and backend.profile.kind == "gpu":
+            res.extra["not_measured"] = {
+                "onnxruntime": "not on a GPU backend: the ORT baseline runs on a CPU (its CUDA provider "
+                "is not wired), so it would not be this device's runtime"
+            }
+        elif "onnxruntime" in job.baselines and backend.profile.run == "remote":
+            # on the device, through `ekb farm server`'s functions, when its server has them
+            from ..baselines.onnxruntime import ORTUnavailable, remote_ort_timer
+
+            try:
+                contenders["onnxruntime"], version = remote_ort_timer(
+                    session.connect(), problem, inputs, job.threads
+                )
+                res.extra.update(onnxruntime_on="device", onnxruntime_version=version)
+            except ORTUnavailable as e:
+                if e.__cause__ is not None:  # a remote call failed: the device's fault, or ORT's
+                    raise_device_failure(session, e.__cause__)
+                res.extra["not_measured"] = {"onnxruntime": str(e)}
         elif "onnxruntime" in job.baselines:
             contenders["onnxruntime"] = ort_timer(problem, inputs, job.threads)
+            res.extra["onnxruntime_on"] = "host"
         timings = time_interleaved(contenders, TimingConfig(**job.timing))
         res.runtime = timings.pop("candidate")
         res.baselines = timings

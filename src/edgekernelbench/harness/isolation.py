@@ -1,6 +1,11 @@
-"""Runs one job in a worker process: a clean environment (no API keys or other secrets), an address-space
-limit, a wall-clock timeout, its own process group. A crash, hang or memory blow-up of the candidate
-becomes a recorded failure; the caller carries on."""
+"""Runs one job in a worker process: a clean environment (no API keys or other secrets), a memory limit,
+a wall-clock timeout, its own process group. A crash, hang or memory blow-up of the candidate
+becomes a recorded failure; the caller carries on.
+
+The memory limit is an address-space limit (RLIMIT_AS), except for jobs on a local GPU: a GPU runtime
+reserves far more virtual address space than it uses (CUDA maps the device's memory and the host's
+into one range), so there the parent watches the resident memory of the worker's processes instead
+and kills the worker past the limit."""
 
 from __future__ import annotations
 
@@ -29,6 +34,12 @@ ENV_ALLOW = (
     "OPENBLAS_CORETYPE",
     "OPENBLAS_L2_SIZE",
     "EKB_PROBLEM_MODULES",
+    # where a GPU's driver and toolkit are (not secrets): CUDA devices and libraries, nvcc for TVM
+    "LD_LIBRARY_PATH",
+    "CUDA_VISIBLE_DEVICES",
+    "CUDA_HOME",
+    "CUDA_PATH",
+    "NVIDIA_VISIBLE_DEVICES",
 )
 MEMORY_MARKERS = (
     "MemoryError",
@@ -45,6 +56,10 @@ MEMORY_MARKERS = (
 class Limits:
     timeout_s: float = 300.0
     memory_mb: int = 6144  # address space; TVM and LLVM need about 1.5 GiB of it to start
+    address_space: bool = True  # False: limit the resident memory instead (GPU runtimes; see above)
+
+
+RSS_POLL_S = 0.05
 
 
 def worker_env(threads: int, home: str) -> dict[str, str]:
@@ -66,14 +81,61 @@ def worker_env(threads: int, home: str) -> dict[str, str]:
     return env
 
 
-def _limit(memory_mb: int):
+def _limit(memory_mb: int, address_space: bool = True):
     def apply():
-        lim = memory_mb * 2**20
-        resource.setrlimit(resource.RLIMIT_AS, (lim, lim))
+        if address_space:
+            lim = memory_mb * 2**20
+            resource.setrlimit(resource.RLIMIT_AS, (lim, lim))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         _die_with_parent()
 
     return apply
+
+
+def _tree_rss(pid: int) -> int:
+    """Resident bytes of process `pid` and its descendants (0 once it is gone)."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return 0
+    total = 0
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            total += p.memory_info().rss
+    return total
+
+
+def _wait(proc: subprocess.Popen, limits: Limits) -> tuple[bytes, bool, bool]:
+    """Waits for the worker: (its output, timed out, killed past the resident-memory limit)."""
+    if limits.address_space:
+        try:
+            out, _ = proc.communicate(timeout=limits.timeout_s)
+            return out, False, False
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            return proc.communicate()[0], True, False
+    import threading
+
+    chunks: list[bytes] = []
+    reader = threading.Thread(target=lambda: chunks.append(proc.stdout.read()), daemon=True)
+    reader.start()
+    deadline, limit = time.monotonic() + limits.timeout_s, limits.memory_mb * 2**20
+    timed_out = over = False
+    while proc.poll() is None:
+        if time.monotonic() > deadline:
+            timed_out = True
+        elif _tree_rss(proc.pid) > limit:
+            over = True
+        if timed_out or over:
+            _kill_group(proc)
+            break
+        time.sleep(RSS_POLL_S)
+    proc.wait()
+    reader.join()
+    return b"".join(chunks), timed_out, over
 
 
 def _die_with_parent() -> None:
@@ -100,15 +162,9 @@ def run_in_worker(job: Job, limits: Limits = Limits()) -> Result:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=_limit(limits.memory_mb),
+            preexec_fn=_limit(limits.memory_mb, limits.address_space),
         )
-        try:
-            out, _ = proc.communicate(timeout=limits.timeout_s)
-            timed_out = False
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            out, _ = proc.communicate()
-            timed_out = True
+        out, timed_out, over_memory = _wait(proc, limits)
         _kill_group(proc)  # anything the worker left behind
         text = (out or b"").decode(errors="replace")
         if out_path.exists() and not timed_out:
@@ -119,6 +175,8 @@ def run_in_worker(job: Job, limits: Limits = Limits()) -> Result:
             res = Result(job.problem, job.sample, job.backend, candidate=job.candidate)
             if timed_out:
                 res.failure("timeout", f"worker ran past {limits.timeout_s:.0f} s and was killed")
+            elif over_memory:
+                res.failure("memory", f"worker's resident memory passed the limit ({limits.memory_mb} MiB)")
             elif any(m in text for m in MEMORY_MARKERS):
                 res.failure(
                     "memory", f"worker ran out of memory (limit {limits.memory_mb} MiB): " + _tail(text)
