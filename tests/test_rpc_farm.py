@@ -56,6 +56,13 @@ run = "remote"
 rpc_key = "{KEY_PLAIN}"
 target = {{ kind = "llvm", mcpu = "native" }}
 
+[ekb-rpc-gpu]
+kind = "gpu"
+run = "remote"
+rpc_key = "{KEY_B}"
+target = {{ kind = "cuda", arch = "sm_87" }}
+host = {{ kind = "llvm", mcpu = "native" }}
+
 [ekb-rpc-noort]
 kind = "host"
 run = "remote"
@@ -261,6 +268,26 @@ def test_a_key_without_devices_is_infra_not_the_candidates_fault(farm):
                  limits=Limits(timeout_s=120))  # fmt: skip
     assert r.reason == "infra" and "no device registered under key 'ekb-test-none'" in r.detail, r.detail
     assert r.compiled and not r.extra.get("device_lost")
+
+
+def test_a_gpu_profile_on_a_device_without_that_gpu_is_infra(farm):
+    """The remote GPU path: built here (CUDA, dlight's schedule), exported, then the device (a CPU-only
+    server under the key) has no CUDA device: an infrastructure failure, not the kernel's."""
+    from edgekernelbench.backends.gpu import gpu_default_spec
+    from edgekernelbench.backends.registry import get_profile
+    from edgekernelbench.harness.api import evaluate
+    from edgekernelbench.harness.isolation import Limits
+    from edgekernelbench.problems import get_problem
+
+    spec = gpu_default_spec(get_problem(TINY), get_profile("ekb-rpc-gpu"))
+    r = evaluate(TINY, spec, "ekb-rpc-gpu", tracker=farm.tracker, trials=1, limits=Limits(timeout_s=120))
+    assert r.compiled and r.reason == "infra", (r.reason, r.detail)
+    assert (
+        f"'{KEY_B}'" in r.detail
+        and "has no cuda device" in r.detail
+        and "__global__" in r.extra["device_source"]
+    )
+    assert not r.extra.get("device_lost")
 
 
 def test_peak_measures_a_remote_device_and_stores_it(farm, tmp_path):

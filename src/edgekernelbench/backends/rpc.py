@@ -350,7 +350,16 @@ class RPCSession(Session):
             )
             profile = self.backend.profile
             if profile.kind == "gpu":
-                self._device = self.remote.device(str(profile.target.get("kind")), 0)
+                kind = str(profile.target.get("kind"))
+                self._device = self.remote.device(kind, 0)
+                if (
+                    not self._device.exist
+                ):  # a board without the GPU (or its TVM runtime): not the kernel's fault
+                    raise DeviceFailure(
+                        "infra",
+                        f"the device under key '{self.key}' at {self.server} has no {kind} device (or its TVM "
+                        f"runtime lacks {kind}); a {profile.name} candidate cannot run there",
+                    )
             else:
                 self._device = self.remote.cpu(0)
             self._set_threads(profile.threads)
