@@ -83,7 +83,7 @@ def test_prompt_snapshot():
         path.write_text(text)
     assert text == path.read_text(), "prompt changed: rerun with EKB_UPDATE_SNAPSHOTS=1 and review"
     version, thash = template_info("direct")
-    assert prompt.template_version == version == 1 and prompt.template_hash == thash
+    assert prompt.template_version == version == 2 and prompt.template_hash == thash
     for needle in (
         "fused_multiply_add",
         "float32[4, 8]",
@@ -405,3 +405,33 @@ def test_bad_model_is_one_line_error(tmp_path, model, needle):
     lines = [ln for ln in p.stderr.strip().splitlines() if ln.strip()]
     assert p.returncode == 2 and len(lines) == 1 and needle in lines[0], p.stderr
     assert not (tmp_path / "r").exists()
+
+
+CONSTANTS = "L1/convint_kws_stem"  # an int8 stem: its Relax constants print as ~55 kB of metadata
+
+
+@pytest.mark.parametrize("track", ["direct", "schedule"])
+def test_prompts_leave_out_the_values_of_constants(track):
+    ref = build_reference(get_problem(CONSTANTS))
+    assert len(ref.script()) > 50_000  # what the prompt would hold with the values
+    prompt = build_prompt(get_problem(CONSTANTS), get_profile("host-cpu"), track)
+    assert len(prompt.user) < 25_000, len(prompt.user)
+    assert "load_json" not in prompt.user and 'metadata["' in prompt.user
+    assert "Relax constant(s) (`metadata[...]`) are left out" in prompt.user
+
+
+def test_a_module_that_uses_the_references_constants_without_their_values_is_judged():
+    """A model that copies `main` from the prompt (with `metadata[...]` references, no values) gets the
+    reference's constants; a reference to a constant the reference does not have is a parse error."""
+    from edgekernelbench.harness.api import evaluate
+    from edgekernelbench.harness.isolation import Limits
+
+    text, n = build_reference(get_problem(CONSTANTS)).brief_script()
+    assert n >= 1 and "metadata = " not in text
+    kw = dict(trials=2, measure=False, limits=Limits(timeout_s=180))
+    r = evaluate(CONSTANTS, KernelSpec(problem=CONSTANTS, module=text), **kw)
+    assert r.correct, (r.reason, r.detail)
+    bad = text.replace('metadata["ir.GenericConst"][0]', 'metadata["ir.GenericConst"][7]')
+    assert bad != text
+    r = evaluate(CONSTANTS, KernelSpec(problem=CONSTANTS, module=bad), **kw)
+    assert not r.correct and r.reason == "parse_error", (r.reason, r.detail)

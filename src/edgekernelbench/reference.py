@@ -28,6 +28,19 @@ class Reference:
     def script(self) -> str:
         return module_script(self.module)
 
+    def brief_script(self) -> tuple[str, int]:
+        """(TVMScript with the Relax constants' values left out, how many constants were left out): for
+        prompts. Constants stay referenced as `metadata["..."][i]`; `metadata_header` restores them."""
+        text = _NONFINITE_CONST.sub(r'R.const(float("\1"), "\2")', self.module.script(show_meta=False))
+        refs = set(_METADATA_REF.findall(text))
+        text = text.replace(_OMITTED_LINE, "").rstrip() + "\n"
+        return text, len(refs)
+
+    def metadata_header(self) -> str:
+        """The `metadata = tvm.ir.load_json(...)` block of the full script ("" when there are no
+        constants): prepended to a candidate that uses `metadata[...]` without defining it."""
+        return metadata_header(self.script())
+
     def primfuncs(self) -> dict:
         import tvm
 
@@ -43,6 +56,22 @@ class Reference:
 
 
 _NONFINITE_CONST = re.compile(r'R\.const\("(-?inf|nan)", "(\w+)"\)')
+_METADATA_REF = re.compile(r'metadata\["[\w.]+"\]\[\d+\]')
+_METADATA_DEF = re.compile(r"^metadata\s*=", re.M)
+_OMITTED_LINE = "# Metadata omitted. Use show_meta=True in script() method to show it."
+
+
+def metadata_header(script: str) -> str:
+    """The leading `metadata = tvm.ir.load_json(\"\"\"...\"\"\")` block of a TVMScript text, or ""."""
+    if not script.startswith("metadata = "):
+        return ""
+    end = script.find('""")')
+    return script[: end + len('""")')] + "\n" if end >= 0 else ""
+
+
+def uses_undefined_metadata(text: str) -> bool:
+    """A candidate that refers to the reference's constants (`metadata[...]`) without defining them."""
+    return bool(_METADATA_REF.search(text)) and not _METADATA_DEF.search(text)
 
 
 def module_script(mod) -> str:

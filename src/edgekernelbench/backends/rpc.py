@@ -357,8 +357,8 @@ class RPCSession(Session):
                 ):  # a board without the GPU (or its TVM runtime): not the kernel's fault
                     raise DeviceFailure(
                         "infra",
-                        f"the device under key '{self.key}' at {self.server} has no {kind} device (or its TVM "
-                        f"runtime lacks {kind}); a {profile.name} candidate cannot run there",
+                        f"the device under key '{self.key}' at {self.server} has no {kind} device (or its "
+                        f"TVM runtime lacks {kind}); a {profile.name} candidate cannot run there",
                     )
             else:
                 self._device = self.remote.cpu(0)

@@ -174,17 +174,23 @@ def split_flat_trace(trace: list) -> dict[str, list]:
 
 
 # ---------------------------------------------------------------------- materialize
-def parse_module(text: str, source: str = "candidate"):
-    """Parses TVMScript text into an IRModule (inside the worker only)."""
+def parse_module(text: str, source: str = "candidate", metadata: str = ""):
+    """Parses TVMScript text into an IRModule (inside the worker only). `metadata`: a reference's
+    `metadata = tvm.ir.load_json(...)` block, put before a text that uses `metadata[...]` without
+    defining it (prompts show the reference without its constants' values)."""
     import tvm
+
+    from ..reference import uses_undefined_metadata
 
     lines = [
         ln for ln in text.splitlines() if not ln.lstrip().startswith(("from tvm.script import", "import "))
     ]
+    header = metadata.splitlines() if metadata and uses_undefined_metadata(text) else []
     try:
-        mod = tvm.script.from_source("\n".join(lines))
+        mod = tvm.script.from_source("\n".join(header + lines))
     except SyntaxError as e:
-        raise MalformedCandidate(f"{source}: Python syntax error: {e.msg} (line {e.lineno})") from e
+        line = e.lineno - len(header) if e.lineno else e.lineno
+        raise MalformedCandidate(f"{source}: Python syntax error: {e.msg} (line {line})") from e
     except Exception as e:
         raise MalformedCandidate(f"{source}: TVMScript error: {_one_line(e)}") from e
     if isinstance(mod, tvm.tirx.PrimFunc):
@@ -241,7 +247,10 @@ def materialize(spec: KernelSpec, problem, reference, record: dict | None = None
     else:
         base = reference.module
     if spec.module is not None:
-        cand = parse_module(spec.module)
+        from ..reference import uses_undefined_metadata
+
+        meta = reference.metadata_header() if uses_undefined_metadata(spec.module) else ""
+        cand = parse_module(spec.module, metadata=meta)
         names = {gv.name_hint for gv in cand.functions}
         if "main" in names and isinstance(cand["main"], relax.Function):
             base = relax.transform.LegalizeOps()(cand)  # a full module; high-level ops get TVM's lowering

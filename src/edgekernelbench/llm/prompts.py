@@ -88,6 +88,7 @@ def prompt_context(problem, profile) -> dict:
 
     ref = build_reference(problem)
     funcs = ref.primfuncs()
+    script, n_constants = ref.brief_script()  # constants' values (weights, tables) would flood the prompt
     outputs = []
     for o in problem.model.graph.output:
         tt = o.type.tensor_type
@@ -106,7 +107,8 @@ def prompt_context(problem, profile) -> dict:
         "primfuncs": [
             {"name": n, "signature": _signature(funcs[n])} for n in dict.fromkeys(ref.kernel_calls())
         ],
-        "reference_script": ref.script().strip(),
+        "reference_script": script.strip(),
+        "n_constants": n_constants,
         "backend": {
             "name": profile.name,
             "description": profile.description or "-",
