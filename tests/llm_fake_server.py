@@ -22,6 +22,7 @@ class FakeLLM:
         self.calls: list[dict] = []  # {"path", "problem", "auth", "body"}
         self._lock = threading.Lock()
         self._per_problem: dict[str, int] = {}
+        self.inflight = self.max_inflight = 0  # requests being answered now / at most at once
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -46,6 +47,15 @@ class FakeLLM:
                             "body": body,
                         }
                     )
+                    fake.inflight += 1
+                    fake.max_inflight = max(fake.max_inflight, fake.inflight)
+                try:
+                    self._answer(body, problem, n)
+                finally:
+                    with fake._lock:
+                        fake.inflight -= 1
+
+            def _answer(self, body, problem, n):
                 actions = fake.script.get(problem) or [{"text": "no script for this problem"}]
                 act = actions[min(n, len(actions) - 1)]
                 if act.get("sleep"):

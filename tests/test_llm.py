@@ -435,3 +435,27 @@ def test_a_module_that_uses_the_references_constants_without_their_values_is_jud
     assert bad != text
     r = evaluate(CONSTANTS, KernelSpec(problem=CONSTANTS, module=bad), **kw)
     assert not r.correct and r.reason == "parse_error", (r.reason, r.detail)
+
+
+@pytest.mark.parametrize("concurrency", [1, 3])
+def test_generation_sends_at_most_concurrency_calls_at_once(tmp_path, monkeypatch, concurrency):
+    from edgekernelbench.llm.generate import GenConfig, generate_run
+
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    problems = [get_problem(TINY), get_problem(REAL)]
+    answer = {"sleep": 0.4, "text": "no code, just prose"}
+    with FakeLLM({TINY: [answer], REAL: [answer]}) as fake:
+        cfg = GenConfig(
+            model=f"openai-compatible:{fake.openai_url}:local-model",
+            samples=3,
+            concurrency=concurrency,
+            use_cache=False,
+            policy=FAST,
+        )
+        counts = generate_run(tmp_path, problems, get_profile("host-cpu"), cfg)
+    assert len(fake.calls) == 6 and counts["parse_errors"] == 6, counts
+    assert fake.max_inflight == concurrency  # 6 slow answers: the pool fills up, and never overflows
+    for p in problems:
+        assert sorted(f.name for f in (tmp_path / "candidates" / p.id).iterdir()) == [
+            f"sample{k}.json" for k in range(3)
+        ]
