@@ -317,7 +317,8 @@ def test_a_crashing_kernel_is_a_crash_and_its_device_comes_back(farm):
     lim = Limits(timeout_s=120)
     r = evaluate(TINY, CRASH, "ekb-rpc-b", tracker=farm.tracker, trials=1, measure=False, limits=lim)
     assert r.reason == "crash" and "the candidate crashed it" in r.detail, (r.reason, r.detail)
-    farm.wait_devices({KEY_B: 1}, timeout=60)  # `ekb farm server` restarted TVM's dead serving loop
+    farm.wait_devices({KEY_B: 1}, timeout=60)  # `ekb farm server` served on (TVM's own loop would stop)
+    assert "a session's process died" in farm.log("b1") and "serving on" in farm.log("b1")
     r = evaluate(TINY, CORRECT, "ekb-rpc-b", tracker=farm.tracker, trials=1, measure=False, limits=lim)
     assert r.correct and r.extra["device"]["server"] in farm.servers("b1"), r.detail
 

@@ -17,6 +17,9 @@ ends with it. The API:
     ekb.ort.run(handle: int, number: int) -> float
                                            seconds per call over `number` back-to-back runs
 
+A session whose process dies (a candidate that crashes it) no longer stops the server: TVM 0.27's plain
+rpc_server stops serving for good then; here the server logs it and serves the next session.
+
 This file runs on the board and needs only tvm and numpy there (onnxruntime to time it): it imports
 nothing else of edgekernelbench, so it also runs as a copied single file (`python farm_server.py ...`,
 without `ekb farm server`'s restart after a crashed session). A session that the server does not fork
@@ -108,12 +111,40 @@ def ort_run(handle, number) -> float:
     return (time.perf_counter() - t0) / n
 
 
+def _surviving(serving):
+    """TVM 0.27's `_serving` raises when a session's process died (a kernel that segfaults), which ends
+    the server's listen loop for good: the device drops off the farm. This wrapper logs it and returns,
+    so the loop serves the next session at once."""
+    import os
+
+    def serve(sock, addr, opts, load_library):
+        cwd = os.getcwd()
+        try:
+            serving(sock, addr, opts, load_library)
+        except RuntimeError as e:
+            logging.getLogger("RPCServer").warning(
+                "%s: %s; serving on", SESSION_DIED, str(e).split(" with ")[-1]
+            )
+            os.chdir(cwd)
+            sock.close()
+
+    serve.ekb_surviving = True
+    return serve
+
+
+SESSION_DIED = "ekb farm server: a session's process died"
+
+
 def register() -> None:
-    """The server_init_callback: registers the EKB functions in the server's process."""
+    """The server_init_callback: registers the EKB functions in the server's process, and keeps its
+    listen loop alive when a session's process dies (see _surviving)."""
     import tvm_ffi
+    from tvm.rpc import server
 
     for name, f in zip(FUNCTIONS, (ort_version, ort_load, ort_set_inputs, ort_run), strict=True):
         tvm_ffi.register_global_func(name, f, override=True)
+    if not getattr(server._serving, "ekb_surviving", False):
+        server._serving = _surviving(server._serving)
     # Sessions must be forked from this process to see the functions (Python 3.14 defaults to forkserver).
     if "fork" in multiprocessing.get_all_start_methods():
         multiprocessing.set_start_method("fork", force=True)

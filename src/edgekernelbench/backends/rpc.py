@@ -13,7 +13,7 @@ Two TVM 0.27 RPC details shape this file. A tensor made by the client reaches th
 DLTensor view, valid for one call, so a tuple argument (e.g. `main_transform_params`' weights) cannot be
 sent as a Python tuple: the elements are copied into the device's tensor cache and fetched back there as
 one array of owned tensors (`pack`). And `rpc_server`'s serving loop stops for good when a session's
-process dies (a candidate that segfaults): `ekb farm server` runs it under a supervisor that restarts it.
+process dies (a candidate that segfaults): `ekb farm server`'s server (farm_server.py) keeps serving.
 
 `ekb farm server` runs TVM's RPC server through backends/farm_server.py, which adds a few functions
 (`ekb.ort.*`) so that the ONNX Runtime baseline is timed on the device too (baselines/onnxruntime.py).
@@ -54,10 +54,6 @@ DEFAULT_TRACKER = "127.0.0.1:9190"
 CONNECT_TIMEOUT_S = 5.0
 PROBE_TIMEOUT_S = 3.0
 PROBE_SETTLE_S = 1.0
-# `ekb farm server`: after the serving loop died, keep the old server (and its open port) this long
-# before restarting it, so a client probing the port sees "device still up" (a crash, not a lost device).
-RESTART_DELAY_S = 5.0
-DEAD_LOOP_MARKER = "exited unsuccessfully"  # rpc_server's message when a session's process died
 # what `ekb farm server` runs: TVM's rpc_server plus the EKB functions (ONNX Runtime on the device)
 SERVER_MODULE = "edgekernelbench.backends.farm_server"
 
@@ -566,37 +562,25 @@ def _kill_tree(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def serve_device(
-    key: str, tracker: str, host: str, port: int, port_end: int, threads: int = 1, echo=print
-) -> int:
-    """TVM's RPC server with the EKB functions (`python -m edgekernelbench.backends.farm_server`, TVM's
-    `rpc_server` plus what times ONNX Runtime on the device) for `key`, registered with the tracker,
-    restarted whenever a session's process dies (which stops the serving loop for good in TVM 0.27).
-    Its runtime's thread pool has `threads` threads (TVM_NUM_THREADS, as the harness's local workers).
+def serve_device(key: str, tracker: str, host: str, port: int, port_end: int, threads: int = 1) -> int:
+    """TVM's RPC server with the EKB functions (`python -m edgekernelbench.backends.farm_server`: TVM's
+    `rpc_server`, plus what times ONNX Runtime on the device, and a listen loop that survives a session
+    whose process dies) for `key`, registered with the tracker, its output passed on to stderr. Its
+    runtime's thread pool has `threads` threads (TVM_NUM_THREADS, as the harness's local workers).
     Returns its exit status."""
     farm_status(tracker)  # one clear error when the tracker is not there
     cmd = [sys.executable, "-u", "-m", SERVER_MODULE, "--host", host, "--port", str(port)]
     cmd += ["--port-end", str(port_end), "--tracker", tracker, "--key", key]
     env = {**os.environ, "TVM_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
-    restarts = 0
-    while True:
-        proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1, env=env
-        )
-        dead_loop = False
-        try:
-            for line in proc.stdout:
-                sys.stderr.write(line)
-                if DEAD_LOOP_MARKER in line:
-                    dead_loop = True
-                    break
-            if not dead_loop:
-                return proc.wait()
-            restarts += 1
-            echo(f"ekb farm server: a session's process died; restarting the server for '{key}' ({restarts})")
-            time.sleep(RESTART_DELAY_S)
-        finally:
-            _kill_tree(proc)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1, env=env
+    )
+    try:
+        for line in proc.stdout:
+            sys.stderr.write(line)
+        return proc.wait()
+    finally:
+        _kill_tree(proc)
 
 
 def status_json(status: FarmStatus) -> str:

@@ -1,0 +1,147 @@
+"""`ekb backends`, `ekb peak`: the backend profiles and their measured peaks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+from rich.table import Table
+from rich.text import Text
+
+from ..errors import EKBError
+from .common import _backends, _tracker_option, console
+
+
+# ------------------------------------------------------------------------------------------ backends
+def _si(x: float | None, unit: str = "") -> str:
+    """1.28e12 -> "1.28 T" + unit; None -> "-"."""
+    if not x:
+        return "-"
+    for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if x >= scale:
+            return f"{x / scale:.3g} {prefix}{unit}"
+    return f"{x:.3g} {unit}".rstrip()
+
+
+def _short_source(source: str) -> str:
+    """ "datasheet-derived: 1 core x ..." -> "datasheet-derived"; "measured: ..., 2026-01-02, ..." ->
+    "measured 2026-01-02" (the full text is in `ekb backends --json`)."""
+    import re
+
+    if not source:
+        return "-"
+    head = source.split(":")[0].split("(")[0].strip().replace("datasheet-derived", "datasheet")
+    date = re.search(r"\d{4}-\d{2}-\d{2}", source)
+    return f"{head} {date.group(0)}" if date and source.startswith("measured:") else head
+
+
+@click.command("backends")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def backends_cmd(as_json):
+    """The backend profiles (built-in and user TOML) and what each can do on this machine:
+    build (TVM target available), check correctness, time."""
+    from ..backends.capabilities import backend_capabilities
+    from ..backends.profiles import load_profiles
+
+    rows = [backend_capabilities(prof) for prof in load_profiles().values()]
+    if as_json:
+        click.echo(json.dumps(rows, indent=1))
+        return
+    t = Table(title=f"{len(rows)} backends")
+    for c, justify in (
+        ("name", "left"),
+        ("kind", "left"),
+        ("target", "left"),
+        ("threads", "right"),
+        ("vec bits", "right"),
+        ("run", "left"),
+        ("FLOP/s", "right"),
+        ("B/s", "right"),
+        ("peak source", "left"),
+        ("build", "left"),
+        ("check", "left"),
+        ("time", "left"),
+    ):
+        t.add_column(c, justify=justify, overflow="fold", no_wrap=c in ("name", "run", "FLOP/s", "B/s"))
+    for r in rows:
+        t.add_row(
+            Text(r["name"]),
+            r["kind"],
+            Text(r["target_short"]),
+            str(r["threads"]),
+            str(r["vector_bits"]),
+            r["run"],
+            _si(r["peak_flops"]),
+            _si(r["peak_bandwidth"]),
+            Text(_short_source(r["peak_source"])),
+            *[
+                Text(r[k]["detail"], style="green" if r[k]["ok"] else "yellow")
+                for k in ("build", "check", "time")
+            ],
+        )
+    console.print(t)
+
+
+@click.command()
+@click.option(
+    "--backend", required=True, help="The backend to measure (one that runs here, or on a farm device)."
+)
+@click.option("--threads", type=int, help="Threads (default: the profile's).")
+@click.option(
+    "--profiles-file",
+    type=click.Path(path_type=Path),
+    help="User profile TOML to store the figures in (default ~/.config/edgekernelbench/profiles.toml).",
+)
+@click.option("--mib", type=click.IntRange(1), default=64, show_default=True, help="Bandwidth buffer (MiB).")
+@_tracker_option
+def peak(backend, threads, profiles_file, mib, tracker):
+    """Measure a backend's peak FLOP/s and memory bandwidth (TVM micro-kernels) and store them in
+    the user profile file: the roofline of later runs uses them. A profile with an rpc_key is measured
+    on a device of its key behind --tracker (a run = "remote" profile always is)."""
+    import datetime
+
+    from ..backends.profile_file import store_peak
+    from ..backends.registry import get_profile
+    from ..runs import measure_peak_isolated
+
+    names = _backends(backend)
+    if len(names) != 1:
+        raise EKBError("--backend takes one backend for `ekb peak`")
+    name = names[0]
+    profile = get_profile(name, threads)
+    path = profiles_file or Path.home() / ".config" / "edgekernelbench" / "profiles.toml"
+    today = datetime.date.today().isoformat()
+    if profile.rpc_key and (tracker or profile.run == "remote"):
+        from ..backends.peak import measure_peak_remote
+        from ..backends.rpc import default_tracker, farm_status
+
+        addr = farm_status(tracker or default_tracker()).tracker  # one clear error when unreachable
+        msg = f"measuring {name} on a device of '{profile.rpc_key}' ({profile.threads} thread(s))"
+        with console.status(msg):
+            measured, server = measure_peak_remote(profile, addr, mib=mib)
+        result = {"flops": measured.flops, "bandwidth": measured.bandwidth}
+        where = f" over RPC on {server}"
+    elif profile.run != "local":
+        raise EKBError(
+            f"{name} cannot run here (run = {profile.run}): `ekb peak` measures on a local device, or on "
+            f"a farm device with an rpc_key and --tracker; its peaks stay '{profile.peak_source or 'none'}'"
+        )
+    else:
+        if profile.kind == "gpu":
+            from ..backends.gpu import local_device
+
+            local_device(profile)  # no device here: one clear line
+        with console.status(f"measuring {name} ({profile.threads} thread(s))"):
+            result = measure_peak_isolated(name, profile.threads, mib)
+        if not result:
+            raise EKBError(f"peak measurement failed on {name} (ekb -v peak ... for the reason)")
+        where = ""
+    source = f"measured: TVM micro-kernels{where}, {today}, {profile.threads} thread(s)"
+    store_peak(path, name, result["flops"], result["bandwidth"], source)
+    console.print(
+        Text(
+            f"{name}: {_si(result['flops'], 'FLOP/s')}, {_si(result['bandwidth'], 'B/s')} "
+            f"({profile.threads} thread(s)); stored in {path} [{name}]"
+        )
+    )

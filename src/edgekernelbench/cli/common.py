@@ -1,0 +1,105 @@
+"""Shared by the commands: the consoles, the progress bar, backend and timing arguments, option decorators."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+# piped output (CI logs, files) gets a wide fixed width instead of 80 columns
+console = Console() if sys.stdout.isatty() else Console(width=160)
+err_console = Console(stderr=True)
+
+
+def _progress() -> Progress:
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[status]}"),
+        console=err_console,
+        transient=False,
+    )
+
+
+def _backends(value: str) -> list[str]:
+    """Comma-separated backend names, each checked against the profiles (UnknownBackend otherwise)."""
+    from ..backends.registry import get_profile
+
+    names = [b.strip() for b in value.split(",") if b.strip()]
+    for n in names:
+        get_profile(n)
+    return names
+
+
+def _timing(quick: bool):
+    from ..harness.timing import TimingConfig
+
+    return TimingConfig.quick() if quick else TimingConfig()
+
+
+def _llm_options(f):
+    f = click.option(
+        "--samples",
+        type=click.IntRange(1),
+        default=1,
+        show_default=True,
+        help="LLM models: samples per problem.",
+    )(f)
+    f = click.option("--temperature", type=float, default=0.2, show_default=True, help="LLM sampling.")(f)
+    f = click.option("--max-tokens", type=click.IntRange(1), default=8192, show_default=True)(f)
+    f = click.option(
+        "--concurrency", type=click.IntRange(1), default=4, show_default=True, help="LLM calls at once."
+    )(f)
+    f = click.option("--no-cache", is_flag=True, help="Call the model again even for cached answers.")(f)
+    f = click.option(
+        "--cache",
+        "cache_path",
+        type=click.Path(path_type=Path),
+        help="Response cache (SQLite; default $EKB_LLM_CACHE or ~/.cache/edgekernelbench/).",
+    )(f)
+    f = click.option(
+        "--request-timeout", type=float, default=120.0, show_default=True, help="Seconds per LLM request."
+    )(f)
+    f = click.option(
+        "--retries",
+        type=click.IntRange(0),
+        default=4,
+        show_default=True,
+        help="Retries (exponential backoff) on 429, 5xx, timeouts.",
+    )(f)
+    return f
+
+
+def _eval_options(f):
+    f = click.option(
+        "--backend", "backend", default="host-cpu", show_default=True, help="Backend(s), comma-separated."
+    )(f)
+    f = click.option("--threads", type=int, default=1, show_default=True, help="Threads for TVM and ORT.")(f)
+    f = click.option("--trials", type=int, default=5, show_default=True, help="Correctness trials.")(f)
+    f = click.option("--quick", is_flag=True, help="Short timing protocol (3 rounds of >= 1 ms).")(f)
+    f = click.option("--no-measure", is_flag=True, help="Check correctness only; no timing.")(f)
+    f = click.option(
+        "--timeout", type=float, default=300.0, show_default=True, help="Wall-clock limit per candidate (s)."
+    )(f)
+    f = click.option(
+        "--memory-mb",
+        type=int,
+        default=6144,
+        show_default=True,
+        help="Memory limit per worker (MiB): address space; resident memory on a local GPU.",
+    )(f)
+    f = _tracker_option(f)
+    return f
+
+
+def _tracker_option(f):
+    return click.option(
+        "--tracker",
+        envvar="EKB_TRACKER",
+        help="TVM RPC tracker HOST:PORT ($EKB_TRACKER): backends with an rpc_key run on its devices.",
+    )(f)

@@ -1,0 +1,254 @@
+"""`ekb eval`, `ekb run`, `ekb check`, `ekb baseline`, `ekb demo`: judging candidates and baselines."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import click
+from rich.table import Table
+from rich.text import Text
+
+from ..errors import EKBError
+from .common import _backends, _eval_options, _llm_options, _progress, _timing, _tracker_option, console
+from .generate import _generate
+from .report import _print_report
+
+
+# ------------------------------------------------------------------------------------------ eval
+def _check_tracker(tracker, backends) -> None:
+    """One clear error up front when a chosen backend would use a tracker that cannot be reached."""
+    from ..backends.registry import get_profile
+    from ..backends.rpc import default_tracker, farm_status
+
+    for name in backends:
+        prof = get_profile(name)
+        if prof.rpc_key and (tracker or prof.run == "remote"):
+            farm_status(tracker or default_tracker())
+            return
+
+
+def _use_run_dir_profiles(run_dir: Path) -> None:
+    """RUN_DIR/profiles.toml extends the backend profiles for this run (the parent and its workers)."""
+    extra = run_dir / "profiles.toml"
+    if extra.is_file():
+        current = [f for f in os.environ.get("EKB_PROFILES", "").split(os.pathsep) if f]
+        os.environ["EKB_PROFILES"] = os.pathsep.join([*current, str(extra.resolve())])
+
+
+def _eval_config(backend, threads, trials, quick, no_measure, timeout, memory_mb, tracker=None):
+    from ..harness.isolation import Limits
+    from ..runs import EvalConfig
+
+    if trials < 1:
+        raise EKBError("--trials must be at least 1")
+    backends = _backends(backend)
+    _check_tracker(tracker, backends)
+    return EvalConfig(
+        backends=backends,
+        threads=threads,
+        trials=trials,
+        timing=_timing(quick),
+        measure=not no_measure,
+        limits=Limits(timeout_s=timeout, memory_mb=memory_mb),
+        tracker=tracker,
+    )
+
+
+def _run_eval(run_dir: Path, cfg, problems=None) -> dict:
+    from ..runs import eval_run
+
+    with _progress() as prog:
+        state = {}
+
+        def on_start(backend, n):
+            state["task"] = prog.add_task(f"eval {backend}", total=n, status="")
+
+        def on_result(res):
+            mark = "correct" if res.correct else (res.reason or "incorrect")
+            prog.update(state["task"], advance=1, status=f"{res.problem}#{res.sample}: {mark}")
+
+        counts = eval_run(run_dir, cfg, problems, on_start, on_result)
+    console.print(
+        f"evaluated {counts['evaluated']} ({counts['correct']} correct), "
+        f"skipped {counts['skipped']} already in {run_dir / 'results.db'}"
+    )
+    return counts
+
+
+@click.command("eval")
+@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.option("--problem", "problems", multiple=True, help="Only these problems (repeatable).")
+@_eval_options
+def eval_cmd(run_dir, problems, **opts):
+    """Evaluate a directory of candidates (RUN_DIR/candidates/<problem>/sample<k>.py|.json).
+    Resumable: finished (problem, sample, backend) records are skipped."""
+    if not run_dir.is_dir():
+        raise EKBError(f"{run_dir}: no such run directory")
+    _use_run_dir_profiles(run_dir)
+    _run_eval(run_dir, _eval_config(**opts), list(problems) or None)
+    _print_report(run_dir)
+
+
+@click.command("run")
+@click.option(
+    "--method",
+    type=click.Choice(["direct", "schedule"]),
+    default="direct",
+    show_default=True,
+    help="Generation track (see `ekb generate --track`).",
+)
+@click.option("--model", required=True, help="As for `ekb generate` (builtin or an LLM model string).")
+@click.option("--out", "run_dir", type=click.Path(path_type=Path), required=True, help="Run directory.")
+@click.option("--level", type=int, default=1, show_default=True)
+@click.option("--problem", "problems", multiple=True, help="Only these problems (repeatable).")
+@_llm_options
+@_eval_options
+def run_cmd(
+    method,
+    model,
+    run_dir,
+    level,
+    problems,
+    samples,
+    temperature,
+    max_tokens,
+    concurrency,
+    no_cache,
+    cache_path,
+    request_timeout,
+    retries,
+    **opts,
+):
+    """Generate (for the first backend) then evaluate and report: `ekb generate` + `ekb eval`."""
+    cfg = _eval_config(**opts)
+    _generate(
+        model,
+        run_dir,
+        level,
+        problems,
+        cfg.backends[0],
+        track=method,
+        samples=samples,
+        temperature=temperature,
+        max_tokens=max_tokens,
+        concurrency=concurrency,
+        no_cache=no_cache,
+        cache_path=cache_path,
+        request_timeout=request_timeout,
+        retries=retries,
+    )
+    if not (run_dir / "candidates").is_dir():
+        raise EKBError(f"{run_dir}: no candidates were generated")
+    _use_run_dir_profiles(run_dir)
+    _run_eval(run_dir, cfg, list(problems) or None)
+    _print_report(run_dir)
+
+
+@click.command()
+@click.argument("problem")
+@click.argument("candidate", type=click.Path(path_type=Path))
+@_eval_options
+def check(problem, candidate, **opts):
+    """Evaluate one candidate file for PROBLEM and print the full result."""
+    from ..harness.api import evaluate
+    from ..problems import get_problem
+
+    p = get_problem(problem)
+    if not candidate.exists():
+        raise EKBError(f"{candidate}: no such file")
+    cfg = _eval_config(**opts)
+    with console.status(f"evaluating {candidate} on {cfg.backends[0]}"):
+        res = evaluate(
+            p,
+            candidate,
+            cfg.backends[0],
+            threads=cfg.threads,
+            trials=cfg.trials,
+            timing=cfg.timing,
+            measure=cfg.measure,
+            limits=cfg.limits,
+            tracker=cfg.tracker,
+        )
+    click.echo(json.dumps(res.to_dict(), indent=1))
+    compile_only = res.reason == "not_checked"
+    status = "correct" if res.correct else f"{res.reason}: {res.detail.splitlines()[0] if res.detail else ''}"
+    style = "green" if res.correct else "yellow" if compile_only else "red"
+    console.print(Text(f"{p.id} on {res.backend}: {status}", style=style))
+    sys.exit(0 if res.correct or compile_only else 1)
+
+
+# ------------------------------------------------------------------------------------------ baseline
+@click.command()
+@click.option("--backend", default="host-cpu", show_default=True)
+@click.option("--level", type=int, help="Only this level.")
+@click.option("--problem", "problems", multiple=True, help="Only these problems (repeatable).")
+@click.option(
+    "--out", "run_dir", type=click.Path(path_type=Path), default=Path("runs/baselines"), show_default=True
+)
+@click.option("--threads", type=int, default=1, show_default=True)
+@click.option("--quick", is_flag=True, help="Short timing protocol.")
+@click.option("--force", is_flag=True, help="Measure again problems already measured.")
+@_tracker_option
+def baseline(backend, level, problems, run_dir, threads, quick, force, tracker):
+    """Measure the baselines (tvm-default, onnxruntime, and the unscheduled reference) for the suite.
+    On a GPU: tvm-default and the reference with dlight's GPU schedule (no CPU onnxruntime)."""
+    from ..baselines.measure import measurable, measure_baselines
+    from ..problems import select
+
+    (backend,) = _backends(backend)
+    _check_tracker(tracker, [backend])
+    measurable(backend, threads, tracker)  # one clear line when nothing can be timed there
+    probs = select(level=level, ids=list(problems) or None)
+    with _progress() as prog:
+        task = prog.add_task(f"baselines {backend}", total=len(probs), status="")
+        measured = measure_baselines(
+            probs,
+            backend,
+            run_dir,
+            threads=threads,
+            timing=_timing(quick),
+            force=force,
+            on_result=lambda pid, ok: prog.update(task, advance=1, status=pid),
+            tracker=tracker,
+        )
+    t = Table(title=f"baselines on {backend} ({threads} thread(s)), median us")
+    for c in ("problem", "reference", "tvm-default", "onnxruntime"):
+        t.add_column(c, justify="left" if c == "problem" else "right")
+    for pid, times in measured.items():
+        t.add_row(
+            Text(pid),
+            *[
+                f"{times[n] * 1e6:.1f}" if times.get(n) else "-"
+                for n in ("reference", "tvm-default", "onnxruntime")
+            ],
+        )
+    console.print(t)
+    console.print(f"stored in {run_dir / 'results.db'}")
+
+
+# ------------------------------------------------------------------------------------------ demo
+@click.command()
+@click.option(
+    "--out", "run_dir", type=click.Path(path_type=Path), default=Path("runs/demo"), show_default=True
+)
+@click.option("--level", type=int, default=1, show_default=True)
+@click.option("--problem", "problems", multiple=True, help="Only these problems (repeatable).")
+@click.option("--quick", is_flag=True, help="Short timing protocol.")
+def demo(run_dir=Path("runs/demo"), level=1, problems=(), quick=False):
+    """The main job on built-in defaults: write the reference and rule-based candidates for the suite,
+    evaluate them on the host CPU (1 thread), print the table. No network, API key or GPU needed."""
+    from ..generators.reference_candidates import write_reference_candidates
+    from ..problems import select
+    from ..runs import EvalConfig
+
+    probs = select(level=level, ids=list(problems) or None)
+    console.print(
+        f"EdgeKernelBench demo: {len(probs)} level-{level} problems, reference + rule-based "
+        f"candidates, host CPU, 1 thread -> {run_dir}"
+    )
+    write_reference_candidates(probs, run_dir)
+    _run_eval(run_dir, EvalConfig(timing=_timing(quick)), [p.id for p in probs])
+    _print_report(run_dir, per_problem=True)

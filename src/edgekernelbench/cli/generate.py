@@ -1,0 +1,138 @@
+"""`ekb generate`: candidate files, built-in or from an LLM."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..errors import EKBError
+from .common import _backends, _llm_options, _progress, console
+
+
+# ------------------------------------------------------------------------------------------ generate
+def _generate(model, run_dir, level, problems, backend, **llm_opts):
+    """Writes candidates: the built-in ones, or an LLM's (llm_opts: the _llm_options of the command)."""
+    from ..problems import select
+
+    profile = None
+    if backend:
+        from ..backends.registry import get_profile
+
+        names = _backends(backend)
+        if len(names) != 1:
+            raise EKBError("--backend takes one backend for `ekb generate`")
+        profile = get_profile(names[0])
+    probs = select(level=level, ids=list(problems) or None)
+    if model != "builtin":
+        return _generate_llm(model, run_dir, probs, profile, **llm_opts)
+    from ..generators.reference_candidates import write_reference_candidates
+
+    with _progress() as prog:
+        task = prog.add_task("generating", total=len(probs), status="")
+        paths = []
+        for p in probs:
+            prog.update(task, status=p.id)
+            if profile is not None and profile.kind == "gpu":
+                paths += _write_gpu_candidates(p, run_dir, profile)
+            elif profile is not None:
+                paths += write_reference_candidates(
+                    [p], run_dir, vector_lanes=profile.vector_lanes, threads=profile.threads
+                )
+            else:
+                paths += write_reference_candidates([p], run_dir)
+            prog.advance(task)
+    console.print(f"wrote {len(paths)} candidate files under {run_dir / 'candidates'}")
+
+
+def _generate_llm(
+    model,
+    run_dir,
+    probs,
+    profile,
+    track="direct",
+    samples=1,
+    temperature=0.2,
+    max_tokens=8192,
+    concurrency=4,
+    no_cache=False,
+    cache_path=None,
+    request_timeout=120.0,
+    retries=4,
+):
+    from ..llm.generate import GenConfig, generate_run
+    from ..llm.providers import RetryPolicy, make_provider
+
+    if profile is None:
+        from ..backends.registry import get_profile
+
+        profile = get_profile("host-cpu")
+    cfg = GenConfig(
+        model=model,
+        samples=samples,
+        track=track,
+        temperature=temperature,
+        max_tokens=max_tokens,
+        concurrency=concurrency,
+        use_cache=not no_cache,
+        cache_path=cache_path,
+        policy=RetryPolicy(retries=retries, timeout_s=request_timeout),
+    )
+    make_provider(model, cfg.policy)  # a bad model string or a missing key: one error line, up front
+    with _progress() as prog:
+        task = prog.add_task(f"generating ({model})", total=len(probs) * samples, status="")
+
+        def on_result(rec):
+            prog.update(task, advance=1, status=f"{rec['problem']}#{rec['sample']}: {rec['status']}")
+
+        counts = generate_run(run_dir, probs, profile, cfg, on_result)
+        prog.update(task, completed=len(probs) * samples)
+    console.print(
+        f"generated {counts['generated']} ({counts['cached']} from the cache, {counts['parse_errors']} "
+        f"without usable code, {counts['failed']} failed calls), skipped {counts['skipped']} existing, "
+        f"under {run_dir / 'candidates'}"
+    )
+    return counts
+
+
+@click.command()
+@click.option(
+    "--model",
+    default="builtin",
+    show_default=True,
+    help="builtin = the unscheduled reference (sample 0) and the rule-based schedule (sample 1); or an LLM: "
+    "openai:MODEL, anthropic:MODEL, openai-compatible:http://HOST:PORT/v1:MODEL, replay:RESPONSES.jsonl.",
+)
+@click.option("--out", "run_dir", type=click.Path(path_type=Path), required=True, help="Run directory.")
+@click.option("--level", type=int, default=1, show_default=True)
+@click.option("--problem", "problems", multiple=True, help="Only these problems (repeatable).")
+@click.option(
+    "--backend",
+    help="Generate for this backend: its vector width and thread count steer the rules; for a GPU "
+    "backend sample 1 is the reference scheduled with dlight's GPU rules instead. LLM prompts describe it.",
+)
+@click.option(
+    "--track",
+    type=click.Choice(["direct", "schedule"]),
+    default="direct",
+    show_default=True,
+    help="LLM output: a full TVMScript module (direct) or schedule(name, sch) code (schedule).",
+)
+@_llm_options
+def generate(model, run_dir, level, problems, backend, **opts):
+    """Write candidate files into a run directory (LLM generation resumes: existing samples are skipped)."""
+    _generate(model, run_dir, level, problems, backend, **opts)
+
+
+def _write_gpu_candidates(problem, run_dir: Path, profile) -> list[Path]:
+    """sample0.py: the unscheduled reference (fails on a GPU: loops not bound to threads);
+    sample1.json: the reference with dlight's default GPU schedule for the profile's target."""
+    from ..backends.gpu import gpu_default_spec
+    from ..generators.reference_candidates import candidate_dir, reference_spec
+
+    d = candidate_dir(Path(run_dir), problem.id)
+    d.mkdir(parents=True, exist_ok=True)
+    ref_path, gpu_path = d / "sample0.py", d / "sample1.json"
+    ref_path.write_text(reference_spec(problem).module + "\n")
+    gpu_path.write_text(gpu_default_spec(problem, profile).to_json() + "\n")
+    return [ref_path, gpu_path]

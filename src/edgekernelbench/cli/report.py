@@ -1,0 +1,102 @@
+"""`ekb report` and the report printed after an evaluation."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+from rich.text import Text
+
+from ..errors import EKBError
+from .common import console
+
+
+# ------------------------------------------------------------------------------------------ report
+def _print_report(run_dir: Path, p: float = 1.0, per_problem: bool = False):
+    from ..report.render import render_backend_matrix, render_problem_table, render_tables
+    from ..report.summary import summarize
+    from ..store import RunStore
+
+    with RunStore(run_dir) as store:
+        results = store.results()
+    if not results:
+        raise EKBError(f"{run_dir}: no results yet (run `ekb eval {run_dir}`)")
+    summary = summarize(results)
+    if per_problem:
+        console.print(render_problem_table(results))
+    for table in render_tables(summary, p_headline=p):
+        console.print(table)
+    if len(summary.backends) > 1:  # one spec, many backends: side by side
+        console.print(render_backend_matrix(summary, p_headline=p))
+    by_method = summaries_by_method(results)
+    if len(by_method) > 1:  # several models / methods in one run: the metrics of each
+        for method, sub in by_method.items():
+            console.print(Text(f"candidates made by: {method}", style="bold"))
+            for table in render_tables(sub, p_headline=p):
+                console.print(table)
+    for line in _generation_lines(run_dir):
+        console.print(Text(line), soft_wrap=True)
+    return summary
+
+
+def summaries_by_method(results) -> dict:
+    """The metrics of each method (model) that made candidates in a run: "llm:openai:gpt-4o", "rules", ..."""
+    from ..report.summary import summarize
+
+    groups: dict[str, list] = {}
+    for r in results:
+        groups.setdefault(r.method or "unknown", []).append(r)
+    return {m: summarize(rs) for m, rs in sorted(groups.items())}
+
+
+def _generation_lines(run_dir: Path) -> list[str]:
+    """One line per model that generated this run's candidates: tokens, cost, failures, template."""
+    from ..llm.generate import generation_summary
+    from ..store import RunStore
+
+    with RunStore(run_dir) as store:
+        records = store.generations()
+    lines = []
+    for m in generation_summary(records):
+        cost = "unknown" if m["cost"] is None else f"${m['cost']:.4f}"
+        lines.append(
+            f"generation {m['model']}: {m['samples']} samples ({m['cached']} cached, {m['parse_errors']} "
+            f"without code, {m['provider_errors']} failed calls), tokens {m['input_tokens']:,} in / "
+            f"{m['output_tokens']:,} out, cost {cost}; template {', '.join(m['templates'])}"
+        )
+    return lines
+
+
+@click.command()
+@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.option("--p", "p", type=float, default=1.0, show_default=True, help="Fast@p shown in the table.")
+@click.option("--per-problem", is_flag=True, help="Also print one row per sample.")
+@click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write the summary as JSON here.")
+@click.option("--csv", "csv_path", type=click.Path(path_type=Path), help="Write the summary as CSV here.")
+def report(run_dir, p, per_problem, json_path, csv_path):
+    """Correct@1 / Fast@p per level and overall, against each baseline."""
+    from ..report.render import to_csv, to_json
+
+    if not run_dir.joinpath("results.db").exists():
+        raise EKBError(f"{run_dir}: no results.db here (run `ekb eval {run_dir}` first)")
+    try:
+        summary = _print_report(run_dir, p, per_problem)
+    except ValueError as e:
+        raise EKBError(str(e)) from e
+    if json_path:
+        from ..llm.generate import generation_summary
+        from ..store import RunStore
+
+        with RunStore(run_dir) as store:
+            gens = generation_summary(store.generations())
+        data = json.loads(to_json(summary))
+        if gens:
+            data["generation"] = gens
+        with RunStore(run_dir) as store:
+            by_method = summaries_by_method(store.results())
+        if len(by_method) > 1:
+            data["by_method"] = {m: json.loads(to_json(sub)) for m, sub in by_method.items()}
+        json_path.write_text(json.dumps(data, indent=1))
+    if csv_path:
+        csv_path.write_text(to_csv(summary))
