@@ -365,6 +365,13 @@ def test_onnxruntime_is_timed_on_the_device_by_ekb_farm_server(farm):
     assert ort.median > 0 and ort.count == r.runtime.count == r.baselines["tvm-default"].count
     server = next(n for n in ("a1", "a2") if farm.servers(n) == {r.extra["device"]["server"]})
     assert "ekb.ort.load: onnxruntime" in farm.log(server)  # the session was the device's
+    import platform
+
+    import tvm
+
+    info = r.extra["device"]["info"]  # what the device said about itself, kept with the record
+    assert info["tvm"] == tvm.__version__ and info["machine"] == platform.machine()
+    assert info["onnxruntime"] == onnxruntime.__version__ and info["cpus"] >= 1
 
 
 @pytest.mark.parametrize(
@@ -380,6 +387,23 @@ def test_a_device_that_cannot_run_onnxruntime_still_judges_the_candidate(farm, b
     assert r.correct and r.timing_status == "measured", (r.reason, r.detail)
     assert set(r.baselines) == set(r.speedups) == {"tvm-default"}
     assert r.extra["not_measured"] == {"onnxruntime": reason} and "onnxruntime_on" not in r.extra
+    info = r.extra["device"].get("info", {})
+    assert info.get("onnxruntime", "") == "" and ("tvm" in info) == (backend == "ekb-rpc-noort")
+
+
+def test_a_device_with_another_tvm_version_is_infra():
+    import tvm
+
+    from edgekernelbench.backends.base import DeviceFailure
+    from edgekernelbench.backends.rpc import check_tvm_version
+
+    check_tvm_version({}, "plain")  # a plain rpc_server says nothing: no check
+    check_tvm_version({"tvm": tvm.__version__}, "same")
+    major, minor = tvm.__version__.split(".")[:2]
+    other = f"{major}.{int(minor) - 1}.0"
+    with pytest.raises(DeviceFailure, match=f"runs TVM {other}, this machine") as e:
+        check_tvm_version({"tvm": other}, "rpi5 at 10.0.0.2:9090")
+    assert e.value.reason == "infra" and not e.value.retry
 
 
 def test_baseline_measures_onnxruntime_on_the_device_where_it_can(farm, tmp_path):

@@ -8,6 +8,7 @@ it serves; each RPC session is a forked child of that process, so a client calls
 `remote.get_function(name)`. Their state (ONNX Runtime sessions) lives in the session's process and
 ends with it. The API:
 
+    ekb.device_info() -> str               JSON: tvm and onnxruntime versions, machine, OS, Python, CPUs
     ekb.ort.version() -> str               onnxruntime's version; "" when it is not installed here
     ekb.ort.load(model: bytes, threads: int) -> int
                                            an InferenceSession of the serialized ONNX model, with the
@@ -34,7 +35,7 @@ import logging
 import multiprocessing
 import time
 
-FUNCTIONS = ("ekb.ort.version", "ekb.ort.load", "ekb.ort.set_inputs", "ekb.ort.run")
+FUNCTIONS = ("ekb.device_info", "ekb.ort.version", "ekb.ort.load", "ekb.ort.set_inputs", "ekb.ort.run")
 
 _SESSIONS: dict[int, list] = {}  # handle -> [InferenceSession, output names, feeds]
 
@@ -53,6 +54,31 @@ def ort_session_options(ort, threads: int, optimize: bool = True):
         ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimize else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     )
     return so
+
+
+def device_info() -> str:
+    """What the device is, as JSON: TVM's version (the host checks it matches its own), the machine,
+    the OS, Python, the CPU count, onnxruntime's version ("" when not installed)."""
+    import json
+    import os
+    import platform
+
+    import tvm
+
+    try:
+        ort = ort_version()
+    except ImportError as e:
+        ort = f"broken: {e}"
+    return json.dumps(
+        {
+            "tvm": str(tvm.__version__),
+            "machine": platform.machine(),
+            "system": platform.platform(),
+            "python": platform.python_version(),
+            "cpus": os.cpu_count(),
+            "onnxruntime": ort,
+        }
+    )
 
 
 def ort_version() -> str:
@@ -141,7 +167,8 @@ def register() -> None:
     import tvm_ffi
     from tvm.rpc import server
 
-    for name, f in zip(FUNCTIONS, (ort_version, ort_load, ort_set_inputs, ort_run), strict=True):
+    funcs = (device_info, ort_version, ort_load, ort_set_inputs, ort_run)
+    for name, f in zip(FUNCTIONS, funcs, strict=True):
         tvm_ffi.register_global_func(name, f, override=True)
     if not getattr(server._serving, "ekb_surviving", False):
         server._serving = _surviving(server._serving)

@@ -237,6 +237,38 @@ def request_device(tracker: str, key: str, session_timeout: float, wait_s: float
     return remote, server
 
 
+def device_info(remote) -> dict:
+    """The device's `ekb.device_info` (TVM version, machine, ...) when its server is `ekb farm server`;
+    {} for a plain `tvm.exec.rpc_server`."""
+    try:
+        f = remote.get_function("ekb.device_info")
+    except AttributeError:
+        return {}
+    try:
+        return json.loads(f())
+    except Exception as e:
+        log.info("ekb.device_info failed: %s", e)
+        return {}
+
+
+def _major_minor(version: str) -> str:
+    return ".".join(str(version).split(".")[:2])
+
+
+def check_tvm_version(info: dict, where: str) -> None:
+    """A device whose TVM differs from this one's (major.minor) would fail in obscure ways (missing
+    runtime functions, module formats): say so, as the device's fault, not the candidate's."""
+    import tvm
+
+    theirs = info.get("tvm")
+    if theirs and _major_minor(theirs) != _major_minor(tvm.__version__):
+        raise DeviceFailure(
+            "infra",
+            f"the device {where} runs TVM {theirs}, this machine {tvm.__version__}: install the same "
+            f"TVM version on the board (pip install apache-tvm=={tvm.__version__})",
+        )
+
+
 def server_answers(server: str, timeout: float = PROBE_TIMEOUT_S) -> bool:
     """Whether the device's RPC server still accepts connections (the process and its port are up)."""
     host, _, port = server.rpartition(":")
@@ -333,6 +365,7 @@ class RPCSession(Session):
         self.server = ""  # the device's "host:port"
         self._device = None
         self._ids = itertools.count()
+        self.info: dict = {}  # what `ekb farm server` says about the device (ekb.device_info)
 
     @property
     def key(self) -> str:
@@ -345,6 +378,8 @@ class RPCSession(Session):
                 self.backend.tracker, self.key, session_timeout=timeout, wait_s=max(10.0, timeout / 2)
             )
             profile = self.backend.profile
+            self.info = device_info(self.remote)
+            check_tvm_version(self.info, f"{self.key} at {self.server}")
             if profile.kind == "gpu":
                 kind = str(profile.target.get("kind"))
                 self._device = self.remote.device(kind, 0)
@@ -428,7 +463,10 @@ class RPCSession(Session):
     def describe(self) -> dict:
         if not self.server:
             return {}
-        return {"device": {"key": self.key, "server": self.server, "tracker": self.backend.tracker}}
+        out = {"key": self.key, "server": self.server, "tracker": self.backend.tracker}
+        if self.info:
+            out["info"] = self.info
+        return {"device": out}
 
     # -- failures
     def alive(self) -> bool:
