@@ -86,6 +86,8 @@ def test_rule_candidates_are_correct_under_qemu(backend, pid, threads, rule_spec
     if threads > 1:
         assert emu["parallel_launches"] > 0 and emu["parallel_tasks"] == threads * emu["parallel_launches"]
         assert emu["summary"] == f"{threads} threads, pthreads under {emu['emulator']}", emu
+    elif emu["parallel_launches"] == 0:
+        assert emu["summary"] == f"no parallel launch (1 thread) under {emu['emulator']}", emu
 
 
 def test_armv7_correct_under_qemu_arm(rule_specs):

@@ -248,7 +248,11 @@ class EmulatedSession(Session):
                 "barriers": s.get("barriers", 0),
                 "threads": threads,
                 "threads_requested": self.backend.profile.threads,
-                "summary": f"{threads} thread{'s' if threads != 1 else ''}, pthreads under {s['emulator']}",
+                "summary": (
+                    f"{threads} thread{'s' if threads != 1 else ''}, pthreads under {s['emulator']}"
+                    if s.get("parallel_launches")
+                    else f"no parallel launch (1 thread) under {s['emulator']}"
+                ),
             }
         }
 
