@@ -272,3 +272,26 @@ def test_missing_toolchain_is_an_infra_failure_not_the_candidates(tmp_path, monk
     )
     r = run_job(job)
     assert r.reason == "infra" and "gcc-ekb-test-cross" in r.detail and not r.compiled, (r.reason, r.detail)
+
+
+def test_emulated_runs_judge_several_candidates_at_once(tmp_path):
+    """Nothing is timed under emulation, so `ekb eval` runs --jobs workers at once there; a backend
+    that times here keeps one (a second worker would disturb its timings)."""
+    from test_cli import ekb, write_candidates
+
+    from edgekernelbench.runs import EvalConfig, local_jobs
+    from edgekernelbench.store import RunStore
+
+    assert local_jobs("host-cpu", EvalConfig(jobs=4)) == 1
+    assert local_jobs("host-cpu", EvalConfig(jobs=4, measure=False)) == 4
+    assert local_jobs("rpi4", EvalConfig(jobs=3)) == 3
+    assert 1 <= local_jobs("rpi4", EvalConfig(threads=64)) <= local_jobs("rpi4", EvalConfig()) <= 4
+    _require("rpi4")
+    wrong = prim("for i, j in T.grid(4, 8):\n    out[i, j] = x[i, j] * w1[j]")
+    right = prim("for i, j in T.grid(4, 8):\n    out[i, j] = x[i, j] * w1[j] + b3[j]")
+    write_candidates(tmp_path, {0: right, 1: wrong, 2: right, 3: wrong})
+    p = ekb("eval", tmp_path, "--backend", "rpi4", "--jobs", "2", "--trials", "2")
+    assert p.returncode == 0, p.stdout + p.stderr
+    got = {r.sample: (r.correct, r.reason) for r in RunStore(tmp_path).results()}
+    assert got == {0: (True, None), 1: (False, "wrong_output"), 2: (True, None), 3: (False, "wrong_output")}
+    assert "--jobs must be at least 1" in ekb("eval", tmp_path, "--jobs", "0").stderr

@@ -85,6 +85,21 @@ class EvalConfig:
     retry_infra: bool = True  # re-run records whose failure was the harness's, not the candidate's
     tracker: str | None = None  # TVM RPC tracker HOST:PORT for profiles with an rpc_key (backends/rpc.py)
     device_retries: int = 2  # a remote device lost mid-item: run the item again on another device
+    jobs: int | None = None  # candidates judged at once where nothing is timed here (None: local_jobs)
+
+
+def local_jobs(backend: str, cfg: EvalConfig) -> int:
+    """Workers at once for a backend judged on this machine. One while it times anything here (a
+    second worker would disturb the timings); otherwise (emulated or compile-only backends, or
+    --no-measure) cfg.jobs, by default as many as the cores allow at cfg.threads each (at most 4)."""
+    from .backends.registry import get_profile
+
+    profile = get_profile(backend, cfg.threads)
+    if cfg.measure and profile.can_time:
+        return 1
+    if cfg.jobs:
+        return max(1, cfg.jobs)
+    return max(1, min(4, (os.cpu_count() or 1) // max(1, cfg.threads)))
 
 
 def pending(store: RunStore, refs: list[CandidateRef], backend: str, retry_infra: bool) -> list[CandidateRef]:
@@ -189,6 +204,8 @@ def eval_run(
             todo = pending(store, refs, backend, cfg.retry_infra)
             counts["skipped"] += len(refs) - len(todo)
             tracker, workers = device_plan(backend, cfg) if todo else (None, 1)
+            if todo and tracker is None:
+                workers = local_jobs(backend, cfg)
             if on_start:
                 on_start(backend, len(todo))
             peak = backend_peak(store, backend, cfg.threads) if cfg.measure and todo else None

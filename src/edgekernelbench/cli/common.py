@@ -93,6 +93,13 @@ def _eval_options(f):
         show_default=True,
         help="Memory limit per worker (MiB): address space; resident memory on a local GPU.",
     )(f)
+    f = click.option(
+        "--jobs",
+        type=int,
+        help="Candidates judged at once where nothing is timed here (emulated or compile-only backends, "
+        "--no-measure); default: as many as the cores allow at --threads each (at most 4). Timed local "
+        "runs judge one at a time; remote ones one per device.",
+    )(f)
     f = _tracker_option(f)
     return f
 

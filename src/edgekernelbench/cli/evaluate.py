@@ -38,12 +38,14 @@ def _use_run_dir_profiles(run_dir: Path) -> None:
         os.environ["EKB_PROFILES"] = os.pathsep.join([*current, str(extra.resolve())])
 
 
-def _eval_config(backend, threads, trials, quick, no_measure, timeout, memory_mb, tracker=None):
+def _eval_config(backend, threads, trials, quick, no_measure, timeout, memory_mb, tracker=None, jobs=None):
     from ..harness.isolation import Limits
     from ..runs import EvalConfig
 
     if trials < 1:
         raise EKBError("--trials must be at least 1")
+    if jobs is not None and jobs < 1:
+        raise EKBError("--jobs must be at least 1")
     backends = _backends(backend)
     _check_tracker(tracker, backends)
     return EvalConfig(
@@ -54,6 +56,7 @@ def _eval_config(backend, threads, trials, quick, no_measure, timeout, memory_mb
         measure=not no_measure,
         limits=Limits(timeout_s=timeout, memory_mb=memory_mb),
         tracker=tracker,
+        jobs=jobs,
     )
 
 
