@@ -168,3 +168,45 @@ def test_worker_gets_no_secrets(monkeypatch):
         and "ANTHROPIC_API_KEY" not in env
     )
     assert env["TVM_NUM_THREADS"] == "1"
+
+
+def test_a_worker_dies_with_the_process_that_started_it(tmp_path):
+    """A worker has its own session (so a hang can be killed as a group) but must not outlive its
+    parent: kill the parent with SIGKILL while its worker hangs; the worker goes too."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    body = "for k in range(100000000000):\n    out[k % 4, k % 8] = out[k % 4, k % 8] * T.float32(1.0001) + x[0, 0]"
+    (tmp_path / "cand.py").write_text(prim(body))
+    code = (
+        "from pathlib import Path\n"
+        "from edgekernelbench.harness.api import evaluate\n"
+        "from edgekernelbench.harness.isolation import Limits\n"
+        f"evaluate({PROBLEM!r}, Path({str(tmp_path / 'cand.py')!r}), trials=1, measure=False,\n"
+        "         limits=Limits(timeout_s=600))\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", code])
+    worker = None
+    try:
+        deadline = time.time() + 60
+        while worker is None and time.time() < deadline:
+            kids = psutil.Process(parent.pid).children(recursive=True)
+            worker = next(
+                (p for p in kids if "edgekernelbench.harness.worker" in " ".join(p.cmdline())), None
+            )
+            time.sleep(0.2)
+        assert worker is not None, "the worker did not start"
+        time.sleep(2)  # well into the candidate's hang
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait()
+        worker.wait(timeout=15)  # raises psutil.TimeoutExpired if it outlives its parent
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+        if worker is not None and worker.is_running():
+            worker.kill()  # when the test fails: no orphan left hanging

@@ -162,8 +162,11 @@ def _evaluate_all(todo, backend, cfg, tracker, workers):
         for ref in todo:
             yield ref, evaluate_ref(ref, backend, cfg, tracker)
         return
-    import ctypes  # noqa: F401  (imported before threads fork workers: their preexec_fn uses it)
     from concurrent.futures import ThreadPoolExecutor, as_completed
+
+    from .harness.isolation import prepare_fork
+
+    prepare_fork()  # what the workers' preexec_fn needs, resolved before threads start forking
 
     with ThreadPoolExecutor(max_workers=min(workers, len(todo)), thread_name_prefix="ekb-device") as pool:
         futures = {pool.submit(evaluate_ref, ref, backend, cfg, tracker): ref for ref in todo}

@@ -138,18 +138,34 @@ def _wait(proc: subprocess.Popen, limits: Limits) -> tuple[bytes, bool, bool]:
     return b"".join(chunks), timed_out, over
 
 
+def prepare_fork():
+    """libc's prctl, looked up in the parent: the child (between fork and exec, possibly forked while
+    other threads of the parent start workers too) must not dlopen anything."""
+    global _PRCTL
+    if _PRCTL is None and sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            _PRCTL = ctypes.CDLL("libc.so.6", use_errno=True).prctl
+        except (OSError, AttributeError):
+            _PRCTL = False
+    return _PRCTL
+
+
+_PRCTL = None
+
+
 def _die_with_parent() -> None:
     """Linux: the worker gets SIGKILL when the process that started it dies (it has its own session,
     so a signal to the parent's process group would not reach it)."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    prctl = _PRCTL
+    if prctl:
+        prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def run_in_worker(job: Job, limits: Limits = Limits()) -> Result:
     t0 = time.perf_counter()
+    prepare_fork()  # before the fork (see there)
     with tempfile.TemporaryDirectory(prefix="ekb-worker-") as tmp:
         job_path, out_path = Path(tmp, "job.json"), Path(tmp, "result.json")
         job_path.write_text(job.to_json())
