@@ -137,16 +137,25 @@ def evaluate_ref(ref: CandidateRef, backend: str, cfg: EvalConfig, tracker: str 
     )
 
 
+def preflight(backends: list[str], cfg: EvalConfig) -> None:
+    """What would stop a backend midway, checked for all of them before any is run: a local GPU
+    profile without its device (one clear error instead of a run that stops after the first backends)."""
+    from .backends.registry import get_profile
+
+    for backend in backends:
+        profile = get_profile(backend, cfg.threads)
+        if profile.kind == "gpu" and profile.run == "local" and not cfg.tracker:
+            from .backends.gpu import local_device
+
+            local_device(profile)
+
+
 def device_plan(backend: str, cfg: EvalConfig) -> tuple[str | None, int]:
     """(tracker, devices) when `backend` runs on remote devices (its profile's rpc_key has devices on the
     tracker, or its run is "remote"); (None, 1) for a local or emulated backend."""
     from .backends.registry import get_profile
 
     profile = get_profile(backend, cfg.threads)
-    if profile.kind == "gpu" and profile.run == "local" and not cfg.tracker:
-        from .backends.gpu import local_device
-
-        local_device(profile)  # no device here: one clear error before any worker starts
     if not (cfg.tracker or profile.run == "remote"):
         return None, 1
     from .backends.rpc import remote_plan
@@ -191,6 +200,7 @@ def eval_run(
         wanted = {get_problem(p).id for p in problems}
         refs = [r for r in refs if r.problem in wanted]
     counts = {"evaluated": 0, "skipped": 0, "correct": 0}
+    preflight(cfg.backends, cfg)
     with RunStore(run_dir) as store:
         store.set_meta(
             "eval_config",
