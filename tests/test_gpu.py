@@ -241,6 +241,8 @@ def test_eval_peak_and_backends_say_in_one_line_that_there_is_no_gpu(tmp_path):
     assert_one_line_error(ekb("eval", tmp_path, "--backend", "rpi4,host-gpu"), "no NVIDIA driver")
     assert len(RunStore(tmp_path).results()) == 1  # nothing stored is lost, nothing half-run
     assert_one_line_error(ekb("peak", "--backend", "host-gpu"), "host-gpu")
+    cand = next((tmp_path / "candidates").rglob("sample0.*"))
+    assert_one_line_error(ekb("check", TINY, cand, "--backend", "host-gpu"), "no NVIDIA driver")
     assert_one_line_error(
         ekb("baseline", "--backend", "host-gpu", "--out", tmp_path / "b"), "no NVIDIA driver"
     )

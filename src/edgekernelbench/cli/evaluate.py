@@ -40,7 +40,7 @@ def _use_run_dir_profiles(run_dir: Path) -> None:
 
 def _eval_config(backend, threads, trials, quick, no_measure, timeout, memory_mb, tracker=None, jobs=None):
     from ..harness.isolation import Limits
-    from ..runs import EvalConfig
+    from ..runs import EvalConfig, preflight
 
     if trials < 1:
         raise EKBError("--trials must be at least 1")
@@ -48,7 +48,7 @@ def _eval_config(backend, threads, trials, quick, no_measure, timeout, memory_mb
         raise EKBError("--jobs must be at least 1")
     backends = _backends(backend)
     _check_tracker(tracker, backends)
-    return EvalConfig(
+    cfg = EvalConfig(
         backends=backends,
         threads=threads,
         trials=trials,
@@ -58,6 +58,8 @@ def _eval_config(backend, threads, trials, quick, no_measure, timeout, memory_mb
         tracker=tracker,
         jobs=jobs,
     )
+    preflight(backends, cfg)  # e.g. a local GPU that is not there: one line before anything runs
+    return cfg
 
 
 def _run_eval(run_dir: Path, cfg, problems=None) -> dict:
