@@ -82,12 +82,14 @@ def worker_env(threads: int, home: str) -> dict[str, str]:
 
 
 def _limit(memory_mb: int, address_space: bool = True):
+    parent = os.getpid()
+
     def apply():
         if address_space:
             lim = memory_mb * 2**20
             resource.setrlimit(resource.RLIMIT_AS, (lim, lim))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        _die_with_parent()
+        _die_with_parent(parent)
 
     return apply
 
@@ -155,12 +157,15 @@ def prepare_fork():
 _PRCTL = None
 
 
-def _die_with_parent() -> None:
+def _die_with_parent(parent: int) -> None:
     """Linux: the worker gets SIGKILL when the process that started it dies (it has its own session,
-    so a signal to the parent's process group would not reach it)."""
+    so a signal to the parent's process group would not reach it). A parent that died before the
+    signal was armed has already left the worker to another process: then it stops at once."""
     prctl = _PRCTL
     if prctl:
         prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:
+            os._exit(137)
 
 
 def run_in_worker(job: Job, limits: Limits = Limits()) -> Result:
