@@ -305,5 +305,5 @@ def test_docs_table_is_current():
     for p in l3.PROBLEMS:
         assert f"`{p.id}`" in text
     assert DOCS.read_text() == text, (
-        "docs/problems_l3.md is stale: run `python -m edgekernelbench.problems.level3 docs/problems_l3.md`"
+        "docs/problems_l3.md is stale: run `python -m edgekernelbench.problems.docs --level 3`"
     )

@@ -1,6 +1,15 @@
 """Typed errors. The library raises these; the CLI turns each into one clear line."""
 
 
+def last_line(e: BaseException, limit: int = 1000, with_type: bool = True) -> str:
+    """An exception in one line: its type and the last non-empty line of its message (TVM's errors
+    end with the message after a long traceback), cut at `limit` characters."""
+    lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
+    if not with_type:
+        return lines[-1][:limit] if lines else type(e).__name__
+    return f"{type(e).__name__}: {lines[-1] if lines else ''}"[:limit]
+
+
 class EKBError(Exception):
     """Base class of every error the CLI reports as a one-line message."""
 

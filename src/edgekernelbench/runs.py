@@ -140,14 +140,11 @@ def evaluate_ref(ref: CandidateRef, backend: str, cfg: EvalConfig, tracker: str 
 def preflight(backends: list[str], cfg: EvalConfig) -> None:
     """What would stop a backend midway, checked for all of them before any is run: a local GPU
     profile without its device (one clear error instead of a run that stops after the first backends)."""
+    from .backends.gpu import require_device
     from .backends.registry import get_profile
 
     for backend in backends:
-        profile = get_profile(backend, cfg.threads)
-        if profile.kind == "gpu" and profile.run == "local" and not cfg.tracker:
-            from .backends.gpu import local_device
-
-            local_device(profile)
+        require_device(get_profile(backend, cfg.threads), cfg.tracker)
 
 
 def device_plan(backend: str, cfg: EvalConfig) -> tuple[str | None, int]:

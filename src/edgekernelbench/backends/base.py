@@ -48,6 +48,11 @@ class BackendProfile:
     def can_time(self) -> bool:
         return self.run in ("local", "remote")
 
+    def uses_local_gpu(self, tracker: str | None = None) -> bool:
+        """Candidates run on a GPU of this machine: a GPU profile with run = "local", unless a tracker
+        may send them to a farm device of its rpc_key."""
+        return self.kind == "gpu" and self.run == "local" and not (tracker and self.rpc_key)
+
     @property
     def vector_lanes(self) -> int:
         """float32 lanes of one vector register."""

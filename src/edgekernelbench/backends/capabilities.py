@@ -77,7 +77,7 @@ def probe_build(profile: BackendProfile) -> tuple[bool, str]:
 
 def local_gpu(profile: BackendProfile) -> tuple[bool, str] | None:
     """For a GPU profile with run = "local": (whether its device is here, what to show); else None."""
-    if profile.kind != "gpu" or profile.run != "local":
+    if not profile.uses_local_gpu():
         return None
     from .gpu import DeviceUnavailable, device_description, local_device
 

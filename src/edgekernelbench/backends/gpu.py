@@ -86,6 +86,13 @@ def local_device(profile):
     return dev
 
 
+def require_device(profile, tracker: str | None = None) -> None:
+    """Raises DeviceUnavailable when the profile runs on a local GPU that is not here (one clear line
+    before a run starts); nothing for any other profile."""
+    if profile.uses_local_gpu(tracker):
+        local_device(profile)
+
+
 def device_description(dev) -> dict:
     """What the record says about a local GPU: name, compute version, memory (what TVM can tell)."""
     out = {"device": str(dev)}

@@ -177,9 +177,9 @@ def measure_peak_remote(profile, tracker: str, lanes: int = 16, mib: int = 64) -
     import tempfile
     from pathlib import Path
 
-    from ..errors import EKBError
+    from ..errors import EKBError, last_line
     from .host import resolve_target
-    from .rpc import RPCBackend, _last_line
+    from .rpc import RPCBackend
 
     backend = RPCBackend(profile, tracker)
     threads = backend.profile.threads
@@ -199,7 +199,7 @@ def measure_peak_remote(profile, tracker: str, lanes: int = 16, mib: int = 64) -
     except EKBError:
         raise
     except Exception as e:
-        raise EKBError(f"peak measurement failed on {session.server}: {_last_line(e)}") from None
+        raise EKBError(f"peak measurement failed on {session.server}: {last_line(e, 500)}") from None
     return peak, session.server
 
 

@@ -45,7 +45,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import EKBError, ToolchainMissing
+from ..errors import EKBError, ToolchainMissing, last_line
 from .base import Backend, BackendProfile, Built, DeviceFailure, Loaded, Session
 
 log = logging.getLogger(__name__)
@@ -232,7 +232,7 @@ def request_device(tracker: str, key: str, session_timeout: float, wait_s: float
         remote = rpc.connect(host, port, matchkey, session_timeout=session_timeout)
     except Exception as e:
         raise DeviceFailure(
-            "infra", f"cannot open a session on {key} at {server}: {_last_line(e)}", retry=True
+            "infra", f"cannot open a session on {key} at {server}: {last_line(e, 500)}", retry=True
         ) from None
     return remote, server
 
@@ -277,11 +277,6 @@ def server_answers(server: str, timeout: float = PROBE_TIMEOUT_S) -> bool:
         return True
     except (OSError, ValueError):
         return False
-
-
-def _last_line(e: BaseException) -> str:
-    lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
-    return f"{type(e).__name__}: {lines[-1] if lines else ''}"[:500]
 
 
 # ------------------------------------------------------------------------------------------ backend
@@ -380,19 +375,15 @@ class RPCSession(Session):
             profile = self.backend.profile
             self.info = device_info(self.remote)
             check_tvm_version(self.info, f"{self.key} at {self.server}")
-            if profile.kind == "gpu":
-                kind = str(profile.target.get("kind"))
-                self._device = self.remote.device(kind, 0)
-                if (
-                    not self._device.exist
-                ):  # a board without the GPU (or its TVM runtime): not the kernel's fault
-                    raise DeviceFailure(
-                        "infra",
-                        f"the device under key '{self.key}' at {self.server} has no {kind} device (or its "
-                        f"TVM runtime lacks {kind}); a {profile.name} candidate cannot run there",
-                    )
-            else:
-                self._device = self.remote.cpu(0)
+            kind = str(profile.target.get("kind")) if profile.kind == "gpu" else "cpu"
+            self._device = self.remote.device(kind, 0)
+            # a board without the GPU (or a TVM runtime without it): the device's fault, not the kernel's
+            if kind != "cpu" and not self._device.exist:
+                raise DeviceFailure(
+                    "infra",
+                    f"the device under key '{self.key}' at {self.server} has no {kind} device (or its "
+                    f"TVM runtime lacks {kind}); a {profile.name} candidate cannot run there",
+                )
             self._set_threads(profile.threads)
         return self.remote
 
@@ -501,9 +492,11 @@ class RPCSession(Session):
             return DeviceFailure(
                 "crash",
                 f"the remote session on {where} died while the device stayed up: the candidate crashed "
-                f"it ({_last_line(error)})",
+                f"it ({last_line(error, 500)})",
             )
-        return DeviceFailure("infra", f"lost the device {where} mid-run ({_last_line(error)})", retry=True)
+        return DeviceFailure(
+            "infra", f"lost the device {where} mid-run ({last_line(error, 500)})", retry=True
+        )
 
 
 class RPCLoaded(Loaded):

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from ..backends.gpu import gpu_default_spec
+from ..backends.gpu import gpu_default_spec, require_device
 from ..errors import EKBError
 from ..generators.reference_candidates import reference_spec
 from ..harness.api import evaluate
@@ -53,11 +53,8 @@ def measurable(backend: str, threads: int = 1, tracker: str | None = None):
     prof = get_profile(backend, threads)
     on_device, _ = remote_plan(prof, tracker)  # the tracker's address when the profile runs on a device
     if not on_device:
-        if prof.kind == "gpu" and prof.run == "local":
-            from ..backends.gpu import local_device
-
-            local_device(prof)  # no device here: one clear error
-        elif not prof.can_time:
+        require_device(prof)  # a local GPU that is not here: one clear error
+        if not prof.can_time:
             raise EKBError(
                 f"{backend} cannot time anything here (run = {prof.run}): baselines need a local device, "
                 f"or a farm device of its rpc_key behind --tracker"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 
+from ..errors import last_line
 from ..harness.timing import python_timer
 from ..oracle import ort_session
 
@@ -35,18 +36,15 @@ def _remote_function(remote, name: str):
         raise ORTUnavailable(NO_EKB_FUNCTIONS) from None
 
 
-def _last_line(e: BaseException) -> str:
-    lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
-    return lines[-1][:300] if lines else type(e).__name__
-
-
 def device_ort_version(remote) -> str:
     """onnxruntime's version on the device of the RPC session `remote`; raises ORTUnavailable."""
     version = _remote_function(remote, "ekb.ort.version")
     try:
         v = str(version())
     except Exception as e:  # onnxruntime is there but does not import
-        raise ORTUnavailable(f"onnxruntime does not load on the device: {_last_line(e)}") from e
+        raise ORTUnavailable(
+            f"onnxruntime does not load on the device: {last_line(e, 300, with_type=False)}"
+        ) from e
     if not v:
         raise ORTUnavailable(NO_ORT)
     return v
@@ -75,7 +73,7 @@ def remote_ort_timer(remote, problem, inputs: dict, threads: int):
         set_inputs(handle, npz_bytes(inputs))
     except Exception as e:
         raise ORTUnavailable(
-            f"onnxruntime {version} on the device cannot run the model: {_last_line(e)}"
+            f"onnxruntime {version} on the device cannot run the model: {last_line(e, 300, with_type=False)}"
         ) from e
 
     def run(number: int) -> float:

@@ -128,10 +128,9 @@ def peak(backend, threads, profiles_file, mib, tracker):
             f"a farm device with an rpc_key and --tracker; its peaks stay '{profile.peak_source or 'none'}'"
         )
     else:
-        if profile.kind == "gpu":
-            from ..backends.gpu import local_device
+        from ..backends.gpu import require_device
 
-            local_device(profile)  # no device here: one clear line
+        require_device(profile)  # a local GPU that is not here: one clear line
         with console.status(f"measuring {name} ({profile.threads} thread(s))"):
             result = measure_peak_isolated(name, profile.threads, mib)
         if not result:

@@ -60,7 +60,7 @@ def evaluate(
 
     profile = get_profile(backend)
     limits = limits or Limits()
-    if profile.kind == "gpu" and profile.run == "local" and tracker is None:
+    if profile.uses_local_gpu(tracker):
         limits = replace(limits, address_space=False)  # a GPU runtime reserves huge address ranges
     job.timeout_s = limits.timeout_s
     if tracker is None and profile.run == "remote":

@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 
-from ..errors import DecisionError, MalformedCandidate, SignatureMismatch, ToolchainMissing
+from ..errors import DecisionError, MalformedCandidate, SignatureMismatch, ToolchainMissing, last_line
 from .executor import GraphError, KernelFault, KernelRunner
 from .job import Job
 from .result import Correctness, Result
@@ -164,7 +164,7 @@ def check_correctness(runner: Runner, problem, oracle, trials: int, seed: int) -
             return c
         except Exception as e:
             raise_device_failure(runner.session, e)
-            c.reason, c.detail, c.first_failing_trial = "runtime_error", _last_line(e), t
+            c.reason, c.detail, c.first_failing_trial = "runtime_error", last_line(e), t
             return c
         if any(not np.array_equal(inputs[k], originals[k]) for k in inputs):
             c.reason, c.detail, c.first_failing_trial = "input_mutated", "a graph input changed", t
@@ -181,11 +181,6 @@ def check_correctness(runner: Runner, problem, oracle, trials: int, seed: int) -
                 return c
     c.correct = True
     return c
-
-
-def _last_line(e: BaseException) -> str:
-    lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
-    return f"{type(e).__name__}: {lines[-1] if lines else ''}"[:1000]
 
 
 def raise_device_failure(session, error: BaseException) -> None:
@@ -278,7 +273,7 @@ def _run_job(job: Job, state: dict) -> Result:
     except ToolchainMissing as e:  # this machine's fault, not the candidate's
         return _done(res.failure("infra", str(e)), t_start)
     except Exception as e:
-        return _done(res.failure("compile_error", _last_line(e) + "\n" + str(e)[-3000:]), t_start)
+        return _done(res.failure("compile_error", last_line(e) + "\n" + str(e)[-3000:]), t_start)
     res.compiled, res.compile_seconds = True, built.seconds
     res.extra.update(getattr(built, "extra", None) or {})  # e.g. the generated device source (GPU)
     if not backend.profile.can_check:
@@ -300,7 +295,7 @@ def _run_job(job: Job, state: dict) -> Result:
         return _done(res.failure(getattr(e, "reason", "signature"), str(e)), t_start)
     except Exception as e:
         raise_device_failure(session, e)
-        return _done(res.failure("runtime_error", "main_transform_params: " + _last_line(e)), t_start)
+        return _done(res.failure("runtime_error", "main_transform_params: " + last_line(e)), t_start)
     res.correctness = check_correctness(runner, problem, oracle, job.trials, job.seed)
     if not res.correctness.correct:
         return _done(res.failure(res.correctness.reason or "wrong_output", res.correctness.detail), t_start)

@@ -176,16 +176,14 @@ def split_flat_trace(trace: list) -> dict[str, list]:
 # ---------------------------------------------------------------------- materialize
 def parse_module(text: str, source: str = "candidate", metadata: str = ""):
     """Parses TVMScript text into an IRModule (inside the worker only). `metadata`: a reference's
-    `metadata = tvm.ir.load_json(...)` block, put before a text that uses `metadata[...]` without
-    defining it (prompts show the reference without its constants' values)."""
+    `metadata = tvm.ir.load_json(...)` block, put before the text (for a text that uses `metadata[...]`
+    without defining it: prompts show the reference without its constants' values)."""
     import tvm
-
-    from ..reference import uses_undefined_metadata
 
     lines = [
         ln for ln in text.splitlines() if not ln.lstrip().startswith(("from tvm.script import", "import "))
     ]
-    header = metadata.splitlines() if metadata and uses_undefined_metadata(text) else []
+    header = metadata.splitlines()
     try:
         mod = tvm.script.from_source("\n".join(header + lines))
     except SyntaxError as e:

@@ -1,6 +1,6 @@
 """Markdown documentation of a problem suite: `python -m edgekernelbench.problems.docs` writes
-docs/problems_l1.md and docs/problems_l2.md (run it from the repository root after changing
-level1.py or level2.py); `--level N [PATH]` writes one page."""
+docs/problems_l1.md, docs/problems_l2.md and docs/problems_l3.md (run it from the repository root after
+changing level1.py, level2.py or level3.py); `--level N [PATH]` writes one page."""
 
 from __future__ import annotations
 
@@ -84,7 +84,17 @@ def update_readme(path: Path = Path("README.md")) -> bool:
     return new != text
 
 
-PAGES = {1: ("docs/problems_l1.md", level1_markdown), 2: ("docs/problems_l2.md", level2_markdown)}
+def level3_markdown() -> str:
+    from .level3 import level3_markdown as page  # its own layout: models, parameter counts, MACs
+
+    return page()
+
+
+PAGES = {
+    1: ("docs/problems_l1.md", level1_markdown),
+    2: ("docs/problems_l2.md", level2_markdown),
+    3: ("docs/problems_l3.md", level3_markdown),
+}
 
 
 def main(argv: list[str] | None = None) -> int:
