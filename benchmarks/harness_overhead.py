@@ -1,26 +1,34 @@
 """Harness measurements (numbers quoted in the README; nothing here is asserted by tests).
 
-1. End-to-end time to evaluate one L1 candidate (worker start, reference, build, 5 correctness trials,
-   interleaved timing against two baselines) and its overhead over a bare compile + run in-process.
-2. Wall time of `ekb baseline` over the Level-1 suite.
-3. Stability of speedups: the same candidates evaluated twice, speedup ratios between the two runs.
+1. End-to-end time to judge one L1 candidate (sandboxed builder + judge: reference, build, 5 correctness
+   trials; then the same with the interleaved timing against two baselines), and its overhead over a bare
+   compile + run in-process.
+2. With --against REF: the same two figures for the harness at git commit REF (checked out into a
+   temporary worktree), measured in the same run, alternating the two versions candidate by candidate,
+   so the ratio new/old is a side-by-side figure (e.g. the cost of the builder/judge split and the
+   sandbox: `--against 39bf502`).
+3. Wall time of `ekb baseline` over the Level-1 suite (--baseline).
 
-    .venv/bin/python benchmarks/harness_overhead.py [--reps 5] [--skip-baseline] [--out runs/bench]
+    .venv/bin/python benchmarks/harness_overhead.py [--reps 5] [--against REF] [--baseline] [--out runs/bench]
+
+Speedup stability (the same run judged twice) is benchmarks/stability.py.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
+import os
 import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 PROBLEM = "L1/dwconv3x3_kws"
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def bare_compile_run(problem_id: str) -> float:
@@ -43,17 +51,35 @@ print(time.perf_counter() - t0)
     return time.perf_counter() - t0
 
 
-def one_candidate(problem_id: str, measure: bool) -> float:
-    from edgekernelbench.harness.api import evaluate
-    from edgekernelbench.ir.spec import KernelSpec
-    from edgekernelbench.problems import get_problem
-    from edgekernelbench.reference import build_reference
+JUDGE_ONE = """
+import sys, time
+from edgekernelbench.harness.api import evaluate
+from edgekernelbench.ir.spec import KernelSpec
+from edgekernelbench.problems import get_problem
+from edgekernelbench.reference import build_reference
+pid, measure = sys.argv[1], sys.argv[2] == "1"
+spec = KernelSpec(problem=pid, module=build_reference(get_problem(pid)).script())
+t0 = time.perf_counter()
+r = evaluate(pid, spec, measure=measure)
+assert r.correct, r.detail
+print(time.perf_counter() - t0)
+"""
 
-    spec = KernelSpec(problem=problem_id, module=build_reference(get_problem(problem_id)).script())
-    t0 = time.perf_counter()
-    r = evaluate(problem_id, spec, measure=measure)
-    assert r.correct, r.detail
-    return time.perf_counter() - t0
+
+def one_candidate(problem_id: str, measure: bool, src: Path | None = None) -> float:
+    """Seconds for evaluate() on the reference candidate, in a fresh process running the harness of `src`
+    (a source tree; None: this checkout). The clock runs around evaluate() only."""
+    env = dict(os.environ)
+    if src is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(src), env.get("PYTHONPATH")]))
+    out = subprocess.run(
+        [sys.executable, "-c", JUDGE_ONE, problem_id, "1" if measure else "0"],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=env,
+    ).stdout
+    return float(out.strip().splitlines()[-1])
 
 
 def ekb(*args) -> float:
@@ -62,71 +88,63 @@ def ekb(*args) -> float:
     return time.perf_counter() - t0
 
 
-def speedup_stability(out: Path, level: int, every: int) -> dict:
-    """Evaluates the same candidates (every `every`-th problem of the level) in two separate runs."""
-    from edgekernelbench.problems import select
-    from edgekernelbench.store import RunStore
-
-    picked = [p.id for p in select(level=level)][::every]
-    args = [a for pid in picked for a in ("--problem", pid)]
-    runs = []
-    for k in (1, 2):
-        d = out / f"stability{k}"
-        shutil.rmtree(d, ignore_errors=True)
-        ekb("generate", "--model", "builtin", "--out", str(d), "--level", str(level), *args)
-        ekb("eval", str(d))
-        with RunStore(d) as s:
-            runs.append({(r.problem, r.sample): r for r in s.results() if r.correct and r.runtime})
-    ratios = {b: [] for b in ("tvm-default", "onnxruntime")}
-    for key, r1 in runs[0].items():
-        r2 = runs[1].get(key)
-        if r2:
-            for b in ratios:
-                if b in r1.speedups and b in r2.speedups:
-                    ratios[b].append(r2.speedups[b] / r1.speedups[b])
-    return {
-        b: {
-            "problems": len(picked),
-            "pairs": len(v),
-            "median_abs_log2_ratio": statistics.median(abs(math.log2(x)) for x in v),
-            "max_ratio": max(max(v), 1 / min(v)),
-        }
-        for b, v in ratios.items()
-        if v
-    }
+def summary(xs: list[float]) -> dict:
+    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "n": len(xs)}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--out", type=Path, default=Path("runs/bench"))
-    ap.add_argument("--skip-baseline", action="store_true")
-    ap.add_argument("--skip-stability", action="store_true")
-    ap.add_argument("--stability-every", type=int, default=4, help="use every N-th L1 problem")
+    ap.add_argument("--against", help="a git commit whose harness is measured side by side")
+    ap.add_argument("--baseline", action="store_true", help="also time `ekb baseline` over L1")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    report: dict = {"problem": PROBLEM}
-
-    bare = [bare_compile_run(PROBLEM) for _ in range(args.reps)]
-    check = [one_candidate(PROBLEM, measure=False) for _ in range(args.reps)]
-    full = [one_candidate(PROBLEM, measure=True) for _ in range(args.reps)]
-    report["bare_compile_run_s"] = statistics.median(bare)
-    report["evaluate_correctness_only_s"] = statistics.median(check)
-    report["evaluate_full_s"] = statistics.median(full)
-    report["overhead_correctness_only_x"] = statistics.median(c / b for c, b in zip(check, bare, strict=True))
-    report["overhead_full_x"] = statistics.median(f / b for f, b in zip(full, bare, strict=True))
-    print(json.dumps(report, indent=1), flush=True)
-
-    if not args.skip_baseline:
+    report: dict = {"problem": PROBLEM, "reps": args.reps}
+    old_tree = None
+    if args.against:
+        old_tree = Path(tempfile.mkdtemp(prefix="ekb-old-"))
+        subprocess.run(
+            ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(old_tree), args.against],
+            check=True,
+            capture_output=True,
+        )
+        report["against"] = args.against
+    try:
+        rows: dict[str, list[float]] = {}
+        for _ in range(args.reps):  # one of each per repetition, alternating: shared noise hits both
+            rows.setdefault("bare_compile_run_s", []).append(bare_compile_run(PROBLEM))
+            for measure, name in ((False, "correctness_only"), (True, "full")):
+                rows.setdefault(f"evaluate_{name}_s", []).append(one_candidate(PROBLEM, measure))
+                if old_tree:
+                    rows.setdefault(f"old_evaluate_{name}_s", []).append(
+                        one_candidate(PROBLEM, measure, old_tree / "src")
+                    )
+        report.update({k: summary(v) for k, v in rows.items()})
+        for name in ("correctness_only", "full"):
+            new = rows[f"evaluate_{name}_s"]
+            report[f"overhead_{name}_x_bare"] = statistics.median(
+                n / b for n, b in zip(new, rows["bare_compile_run_s"], strict=True)
+            )
+            if old_tree:
+                old = rows[f"old_evaluate_{name}_s"]
+                ratios = [n / o for n, o in zip(new, old, strict=True)]
+                report[f"new_over_old_{name}"] = summary(ratios)
+                report[f"added_s_{name}"] = statistics.median(n - o for n, o in zip(new, old, strict=True))
+        print(json.dumps(report, indent=1), flush=True)
+    finally:
+        if old_tree:
+            subprocess.run(
+                ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(old_tree)], check=False
+            )
+            shutil.rmtree(old_tree, ignore_errors=True)
+    if args.baseline:
         d = args.out / "baselines"
         shutil.rmtree(d, ignore_errors=True)
         report["ekb_baseline_L1_s"] = ekb(
             "baseline", "--backend", "host-cpu", "--level", "1", "--out", str(d)
         )
         print(json.dumps({"ekb_baseline_L1_s": report["ekb_baseline_L1_s"]}), flush=True)
-    if not args.skip_stability:
-        report["speedup_stability"] = speedup_stability(args.out, 1, args.stability_every)
-        print(json.dumps(report["speedup_stability"], indent=1), flush=True)
     (args.out / "harness_overhead.json").write_text(json.dumps(report, indent=1))
     return 0
 

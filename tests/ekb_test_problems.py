@@ -1,5 +1,7 @@
 """Tiny problems for the harness tests (imported through EKB_PROBLEM_MODULES, in workers too)."""
 
+import numpy as np
+
 from edgekernelbench.problems import Problem, register
 
 
@@ -17,6 +19,57 @@ register(
         category="elementwise",
         source="test fixture: y = x * w + b on 4x8",
         graph=_scale_add,
+        tags=("test",),
+    )
+)
+
+
+# MatMulInteger whose 16-bit pair sums saturate: u8 activations near 255 times s8 weights near +-127, each
+# column of one sign, so a * b + c * d reaches 2 * 255 * 127 = 64770 > 32767. ONNX Runtime's u8 x s8
+# kernel without VNNI (pmaddubsw) clamps those sums; the exact result is NumPy's int64 matmul.
+SATURATING_K, SATURATING_N = 32, 8
+
+
+def saturating_weights() -> np.ndarray:
+    rng = np.random.default_rng(7)
+    signs = np.where(np.arange(SATURATING_N) % 2 == 0, 1, -1)
+    return (rng.integers(120, 128, (SATURATING_K, SATURATING_N)) * signs).astype(np.int8)
+
+
+def _matmulint_saturating(g):
+    a = g.input("a", (4, SATURATING_K), "uint8", dist="int", low=240, high=255)
+    w = g.tensor(saturating_weights(), "q")
+    g.output(g.node("MatMulInteger", [a, w, g.const(0, "uint8"), g.const(0, "int8")]))
+
+
+register(
+    Problem(
+        id="L1/tiny_matmulint_saturating",
+        level=1,
+        domain="sensors",
+        category="int8",
+        source="test fixture: uint8 (4x32, near 255) @ int8 (32x8, near +-127) -> int32, MatMulInteger",
+        graph=_matmulint_saturating,
+        atol=0.0,
+        rtol=0.0,
+        tags=("test",),
+    )
+)
+
+
+def _matmul_128(g):
+    x = g.input("x", (128, 128))
+    g.output(g.node("MatMul", [x, g.weight((128, 128))]))
+
+
+register(
+    Problem(
+        id="L1/tiny_matmul_128",
+        level=1,
+        domain="nlp",
+        category="matmul",
+        source="test fixture: x (128x128) @ w (128x128), large enough that skipped work shows in its time",
+        graph=_matmul_128,
         tags=("test",),
     )
 )

@@ -120,14 +120,15 @@ def test_peak_stores_measured_figures_in_the_profiles_file(tmp_path, monkeypatch
     data = tomllib.loads(text)
     hc = data["host-cpu"]
     assert hc["peak_flops"] > 1e8 and hc["peak_bandwidth"] > 1e8
+    assert hc["peak_levels"][-1]["level"] == "DRAM" and all(lv["bandwidth"] > 0 for lv in hc["peak_levels"])
     assert (
         hc["peak_source"].startswith("measured: TVM micro-kernels, ") and "1 thread(s)" in hc["peak_source"]
     )
     assert data["mine"] == {"target": {"kind": "llvm"}}
 
     monkeypatch.setenv("EKB_PROFILES", str(path))
+    from edgekernelbench.backends.peak import profile_peak
     from edgekernelbench.backends.registry import get_profile
-    from edgekernelbench.runs import profile_peak
 
     prof = get_profile("host-cpu")
     assert prof.peak_flops == hc["peak_flops"]

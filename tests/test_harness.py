@@ -40,7 +40,16 @@ def test_correct_candidate_passes_and_is_timed():
     assert r.timing_status == "measured" and r.runtime.median > 0
     assert set(r.baselines) == {"tvm-default", "onnxruntime"}
     assert set(r.speedups) == {"tvm-default", "onnxruntime"}
-    assert r.speedups["onnxruntime"] == pytest.approx(r.baselines["onnxruntime"].median / r.runtime.median)
+    # the speedup is the median of the per-round ratios, inside its confidence interval
+    ort, cand = r.baselines["onnxruntime"].samples, r.runtime.samples
+    assert len(ort) == len(cand) == 3
+    ratios = sorted(o / c for o, c in zip(ort, cand, strict=True))
+    assert r.speedups["onnxruntime"] == pytest.approx(ratios[1])
+    lo, hi = r.speedup_ci["onnxruntime"]
+    assert lo <= r.speedups["onnxruntime"] <= hi and (lo, hi) == pytest.approx((ratios[0], ratios[2]))
+    env = r.extra["timing_env"]  # pinned to one CPU, with what the rest of the machine did meanwhile
+    assert env["pinned_cpu"] is not None and env["cpus"] == [env["pinned_cpu"]]
+    assert env["seconds"] > 0 and isinstance(env["disturbed"], bool)
 
 
 @pytest.mark.parametrize(

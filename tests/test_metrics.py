@@ -16,9 +16,12 @@ from edgekernelbench.metrics import (
     is_fast,
     level_of,
     mean_roofline_fraction,
+    memory_level,
+    mix_bandwidth,
     outcomes,
     pass_at_k,
     roofline,
+    roofline_flags,
 )
 
 
@@ -205,3 +208,120 @@ def test_roofline_zero_flops_and_missing_peaks():
 
     with pytest.raises(ValueError):
         roofline(1, 1, 0.0)
+
+
+# --- roofline: memory levels, flags -----------------------------------------------------------------
+
+KIB, MIB = 2**10, 2**20
+# a peak record's levels, deliberately out of order: memory_level sorts them by capacity
+LEVELS = [
+    {"level": "DRAM", "capacity": None, "bandwidth": 10e9},
+    {"level": "L2", "capacity": 2 * MIB, "bandwidth": 70e9},
+    {"level": "L1d", "capacity": 48 * KIB, "bandwidth": 300e9},
+    {"level": "L3", "capacity": 100 * MIB, "bandwidth": 20e9},
+]
+
+
+@pytest.mark.parametrize(
+    "working_set, level, own, below",
+    [
+        (10 * KIB, "L1d", 300e9, None),
+        (48 * KIB, "L1d", 300e9, None),  # exactly the capacity still fits
+        (64 * KIB, "L2", 70e9, 300e9),
+        (3 * MIB, "L3", 20e9, 70e9),
+        (200 * MIB, "DRAM", 10e9, 20e9),
+    ],
+)
+def test_roofline_takes_the_roof_of_the_level_the_working_set_fits_in(working_set, level, own, below):
+    name, roof = memory_level(working_set, LEVELS)
+    assert name == level
+    if below is None:  # all of it inside the fastest level: that level's roof
+        assert roof == own
+    else:  # the part the faster levels hold goes faster: between this level's roof and the one below
+        assert own < roof < below
+    # a copy (no FLOPs) of that working set in 1 ms: its bandwidth against that roof
+    r = roofline(0, working_set, 1e-3, peak_flops=1e12, peak_bw=10e9, levels=LEVELS)
+    assert (r.level, r.peak_bw) == (level, roof)
+    assert r.fraction == pytest.approx(working_set / 1e-3 / roof)
+    assert r.to_dict()["level"] == level and r.to_dict()["peak_bw"] == roof
+    # with FLOPs: the memory roof is intensity x that bandwidth
+    m = roofline(working_set / 4, working_set, 1e-3, peak_flops=1e15, levels=LEVELS)
+    assert m.bound == "memory" and m.attainable_flops == pytest.approx(0.25 * roof)
+
+
+def test_the_faster_levels_serve_the_share_of_the_working_set_they_hold():
+    levels = [
+        {"level": "A", "capacity": 1000, "bandwidth": 400e9},
+        {"level": "B", "capacity": 4000, "bandwidth": 100e9},
+        {"level": "DRAM", "capacity": None, "bandwidth": 10e9},
+    ]
+    # 2000 B: half in A, half in B: 1 / (0.5 / 400e9 + 0.5 / 100e9) = 160e9
+    assert memory_level(2000, levels) == ("B", pytest.approx(160e9))
+    # 8000 B: 1/8 in A, 3/8 in B, 1/2 in DRAM: 1 / (0.125 / 400e9 + 0.375 / 100e9 + 0.5 / 10e9)
+    assert memory_level(8000, levels) == ("DRAM", pytest.approx(1 / 0.0540625e-9))
+    assert memory_level(1000, levels) == ("A", 400e9)
+
+
+def test_memory_level_edges():
+    bounded = [lv for lv in LEVELS if lv["capacity"]]
+    assert memory_level(1e12, bounded) == ("L3", pytest.approx(20e9, rel=1e-4))  # past every capacity
+    assert memory_level(1, []) is None
+    assert memory_level(1, [{"level": "L1d", "capacity": 1, "bandwidth": 0.0}]) is None
+    # one figure for every size (a record from before levels): the "memory" roof
+    old = roofline(0, 10 * KIB, 1e-3, peak_bw=10e9)
+    assert (old.level, old.peak_bw) == ("memory", 10e9) and old.fraction == pytest.approx(0.001024)
+    assert roofline(0, 10 * KIB, 1e-3, peak_bw=10e9, levels=[]).level == "memory"
+    assert roofline(2e9, 1e7, 0.01, peak_flops=1e12).level is None
+
+
+def test_mix_bandwidth_weighs_reads_and_writes():
+    lv = {"level": "L2", "capacity": 2 * MIB, "bandwidth": 60e9, "read_bandwidth": 120e9}
+    assert mix_bandwidth(lv, 1000, 0) == pytest.approx(120e9)  # read-only: the read figure
+    assert mix_bandwidth(lv, 1000, 500) == pytest.approx(60e9)  # as much written as read: the stream
+    # 1/W = 2/60e9 - 1/120e9 = 1/40e9; 750 read, 250 written: 1000 / (750/120e9 + 250/40e9) = 80e9
+    assert mix_bandwidth(lv, 1000, 250) == pytest.approx(80e9)
+    assert mix_bandwidth(lv, 1000, None) == pytest.approx(120e9)  # split unknown: the larger figure
+    assert mix_bandwidth({"bandwidth": 60e9}, 1000, 0) == 60e9  # no read figure (older record)
+    noisy = {"bandwidth": 60e9, "read_bandwidth": 20e9}  # 2/C - 1/R < 0: no positive write cost
+    assert mix_bandwidth(noisy, 1000, 100) == 60e9
+    # writes cost more than reads: a write-heavy kernel's roof is below C, but C stays the floor
+    assert mix_bandwidth(lv, 1000, 1000) == pytest.approx(60e9)
+    slow_reader = {"bandwidth": 60e9, "read_bandwidth": 40e9}  # the read kernel fell short of the stream
+    assert mix_bandwidth(slow_reader, 1000, 0) == 60e9
+    # through roofline: a GEMV-like read-only kernel at 100 GB/s is under the L2 read roof
+    levels = [dict(lv), {"level": "DRAM", "capacity": None, "bandwidth": 10e9, "read_bandwidth": 12e9}]
+    r = roofline(0.5e5, 1e5, 1e-6, peak_flops=1e12, levels=levels, bytes_written=0)
+    assert r.level == "L2" and r.peak_bw == pytest.approx(120e9) and r.flag is None
+    assert r.fraction == pytest.approx(100e9 / 120e9)
+    assert roofline(0.5e5, 1e5, 1e-6, peak_flops=1e12, levels=levels, bytes_written=5e4).flag == "above_roof"
+
+
+def test_roofline_above_the_roof_is_flagged_with_a_reason():
+    # memory-bound: a 1 MiB copy in 10 us = 105 GB/s against its L2 roof of 72.6 GB/s (70 GB/s, and
+    # 300 GB/s for the 4.7% that L1d holds)
+    r = roofline(0, MIB, 1e-5, peak_flops=1e12, levels=LEVELS)
+    assert r.peak_bw == pytest.approx(1 / ((48 / 1024) / 300e9 + (1 - 48 / 1024) / 70e9))
+    assert r.fraction == pytest.approx(MIB / 1e-5 / r.peak_bw) and r.fraction > 1
+    assert r.flag == "above_roof" and r.to_dict()["flag"] == "above_roof"
+    assert "144% of the L2 roof (72.6 GB/s, working set 1024.0 KiB)" in r.reason and "\n" not in r.reason
+    # compute-bound: 2 GFLOP in 1 ms = 2 TFLOP/s against a 1 TFLOP/s peak
+    c = roofline(2e9, 1e6, 1e-3, peak_flops=1e12, levels=LEVELS)
+    assert c.bound == "compute" and c.flag == "above_roof" and "200% of the compute roof" in c.reason
+    # under the roof: no flag
+    ok = roofline(0, MIB, 1e-4, peak_flops=1e12, levels=LEVELS)
+    assert ok.fraction < 1 and ok.flag is None and ok.reason is None
+
+
+def test_fractions_above_the_roof_are_counted_not_averaged():
+    rs = [
+        res("L1/a", 0, extra={"roofline": {"fraction": 0.2}}),
+        res("L1/a", 1, extra={"roofline": {"fraction": 0.4}}),
+        res("L1/b", 0, extra={"roofline": {"fraction": 1.3, "flag": "above_roof", "reason": "x"}}),
+        res("L1/b", 1, extra={"roofline": {"fraction": 1.59}}),  # an older record: no flag, still above
+        res("L1/c", 0, correct=False, extra={"roofline": {"fraction": 2.0, "flag": "above_roof"}}),
+    ]
+    assert mean_roofline_fraction(rs) == pytest.approx(0.3)
+    assert roofline_flags(rs) == 2  # correct samples only
+    assert roofline_flags(rs[:2]) == 0
+    flagged_only = [rs[2]]
+    assert mean_roofline_fraction(flagged_only) is None and roofline_flags(flagged_only) == 1

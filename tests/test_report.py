@@ -20,7 +20,7 @@ from edgekernelbench.report.render import (
     to_csv,
     to_json,
 )
-from edgekernelbench.report.summary import per_problem_rows, summarize
+from edgekernelbench.report.summary import above_roof_lines, per_problem_rows, summarize
 
 BASELINES = ("tvm-default", "onnxruntime")
 
@@ -209,3 +209,54 @@ def test_fast_is_unknown_against_a_baseline_that_could_not_run():
     remote = [Result("L1/a", 0, "rpi5", compiled=True, correct=True, speedups={"tvm-default": 2.0})]
     s = summarize(remote).backend("rpi5").all
     assert s.fast["tvm-default"][1.0] == 1.0 and s.fast["onnxruntime"][1.0] is None
+
+
+def test_ties_are_shown_next_to_fast_and_in_the_detail_table():
+    rs = [
+        r("L1/a", 0, speedups={"tvm-default": 1.3}, speedup_ci={"tvm-default": [1.2, 1.4]}),
+        r("L1/b", 0, speedups={"tvm-default": 1.02}, speedup_ci={"tvm-default": [0.97, 1.06]}),
+    ]
+    s = summarize(rs, ("tvm-default",))
+    lv = s.backend("llvm").all
+    assert lv.fast["tvm-default"][1.0] == pytest.approx(0.5) and lv.ties["tvm-default"][1.0] == 1
+    console = Console(record=True, width=250)
+    console.print(render_table(s))
+    console.print(render_problem_table(rs, ["tvm-default"]))
+    text = console.export_text()
+    assert "50.0% (1 tie)" in text
+    assert "1.02x ~" in text and "1.30x ~" not in text
+    rows = list(csv.DictReader(io.StringIO(to_csv(s))))
+    assert {row["ties"] for row in rows if row["p"] == "1.0" and row["level"] == "all"} == {"1"}
+    assert json.loads(to_json(s))["backends"][0]["levels"][-1]["ties"]["tvm-default"]["1.0"] == 1
+
+
+def test_fractions_above_the_roof_are_a_count_in_the_report_not_in_the_mean():
+    flagged = r("L1/b", 0, fraction=1.4)
+    flagged.extra["roofline"].update(flag="above_roof", reason="140% of the L2 roof (70 GB/s, ...)")
+    rs = [
+        r("L1/a", 0, fraction=0.5),
+        r("L1/a", 1, fraction=0.1),
+        flagged,
+        r("L1/c", 0, fraction=1.59),  # recorded before flags existed: above its roof all the same
+        r("L1/d", 0, correct=False, fraction=3.0),  # not correct: neither averaged nor counted
+    ]
+    s = summarize(rs, BASELINES)
+    lv = s.backend("llvm").level("L1")
+    assert lv.roofline_fraction == pytest.approx(0.3) and lv.roofline_flags == 2
+    console = Console(record=True, width=250)
+    console.print(render_table(s))
+    assert "30.0% (2 above roof)" in console.export_text()
+    rows = list(csv.DictReader(io.StringIO(to_csv(s))))
+    assert {row["roofline_flags"] for row in rows if row["level"] == "L1"} == {"2"}
+    assert json.loads(to_json(s))["backends"][0]["levels"][0]["roofline_flags"] == 2
+    lines = above_roof_lines(rs)
+    assert lines == [
+        "above roof: L1/b sample 0 on llvm: 140% of the L2 roof (70 GB/s, ...)",
+        "above roof: L1/c sample 0 on llvm: fraction 1.59 (recorded before roofs had flags)",
+    ]
+    # every sample above its roof: no mean, the column still shows the count
+    only = summarize([flagged], BASELINES).backend("llvm").all
+    assert only.roofline_fraction is None and only.roofline_flags == 1
+    console = Console(record=True, width=250)
+    console.print(render_table(summarize([flagged], BASELINES)))
+    assert "- (1 above roof)" in console.export_text()

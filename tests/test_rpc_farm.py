@@ -299,6 +299,8 @@ def test_peak_measures_a_remote_device_and_stores_it(farm, tmp_path):
     ekb(*args, "--mib", "8", check=True)
     table = tomllib.loads(profiles.read_text())["host-cpu-rpc"]
     assert table["peak_flops"] > 1e8 and table["peak_bandwidth"] > 1e8, table
+    # the board's levels come from the profile's caches table (l1d_kib, l2_kib), not the host's sysfs
+    assert [lv["level"] for lv in table["peak_levels"]] == ["L1d", "L2", "DRAM"], table
     src = table["peak_source"]
     assert src.startswith("measured: TVM micro-kernels over RPC on 127.0.0.1:") and src.endswith(
         "1 thread(s)"
@@ -361,6 +363,10 @@ def test_onnxruntime_is_timed_on_the_device_by_ekb_farm_server(farm):
     assert set(r.baselines) == {"tvm-default", "onnxruntime"} and set(r.speedups) == set(r.baselines)
     assert r.extra["onnxruntime_on"] == "device" and r.extra["onnxruntime_version"] == onnxruntime.__version__
     assert "not_measured" not in r.extra
+    assert r.extra["onnxruntime_timer"] == {
+        "timer": "python-iobinding",
+        "on": "device",
+    }  # no compiler assumed
     ort = r.baselines["onnxruntime"]  # the same interleaved protocol as the candidate's
     assert ort.median > 0 and ort.count == r.runtime.count == r.baselines["tvm-default"].count
     server = next(n for n in ("a1", "a2") if farm.servers(n) == {r.extra["device"]["server"]})
@@ -413,6 +419,7 @@ def test_baseline_measures_onnxruntime_on_the_device_where_it_can(farm, tmp_path
     base = ["baseline", "--problem", L1, "--tracker", farm.tracker, "--quick", "--out"]
     p = ekb(*base, tmp_path / "a", "--backend", "host-cpu-rpc", check=True)
     assert "onnxruntime not measured" not in p.stderr, p.stderr
+    assert "timer floors" in p.stdout and "run_with_iobinding, I/O bound on the device" in p.stdout, p.stdout
     with RunStore(tmp_path / "a") as store:
         rows = {k[2]: v for k, v in store.baselines("host-cpu-rpc").items() if k[0] == L1}
     assert set(rows) == {"reference", "tvm-default", "onnxruntime"}

@@ -38,7 +38,12 @@ def full_result(problem="L1/dwconv3x3_kws", sample=0, backend="llvm") -> Result:
         candidate="cands/a.py",
         spec_hash="abc123",
         method="test",
-        extra={"roofline": {"fraction": 0.31}, "notes": ["x", 1]},
+        oracle="onnx-reference",
+        extra={
+            "roofline": {"fraction": 0.31},
+            "notes": ["x", 1],
+            "onnxruntime_output": {"matches_oracle": False, "max_abs_err": 98304.0},
+        },
     )
 
 
@@ -61,6 +66,22 @@ def test_round_trip(tmp_path):
         assert st.results("cuda") == []
         assert st.results(problems=["L1/other"]) == []
         assert st.get_meta("schema_version") == SCHEMA_VERSION
+
+
+def test_record_from_before_the_oracle_field_loads(tmp_path):
+    """A store written before Result.oracle existed still loads (oracle "": unknown)."""
+    with RunStore(tmp_path) as st:
+        st.put(full_result())
+    record = full_result().to_dict()
+    del record["oracle"]
+    con = sqlite3.connect(tmp_path / "results.db")
+    con.execute("UPDATE results SET record = ?", (json.dumps(record),))
+    con.commit()
+    con.close()
+    with RunStore(tmp_path) as st:
+        (got,) = st.results()
+    assert got.oracle == "" and got == Result.from_dict(record)
+    assert got.extra["onnxruntime_output"]["matches_oracle"] is False
 
 
 def test_wal_mode(tmp_path):

@@ -46,3 +46,13 @@ class ToolchainMissing(EKBError):
 
 class SignatureMismatch(EKBError):
     """A candidate's functions do not take the arguments the problem passes."""
+
+
+class ForbiddenConstruct(EKBError):
+    """A candidate's IR uses a construct the judge does not build (harness/verify.py): a call outside
+    the module (extern, packed, a non-listed intrinsic or Relax operator), a raw pointer, a buffer
+    view larger than its storage, ... `func`: the PrimFunc or Relax function; `construct`: what."""
+
+    def __init__(self, kind: str, func: str, construct: str):
+        self.kind, self.func, self.construct = kind, func, construct
+        super().__init__(f"{kind} {func}: {construct}" if func else construct)

@@ -24,10 +24,14 @@ Benchmark-level metrics are the mean over problems of the per-problem estimate::
     Compile@k = mean_i pass@k(n_i, compiled_i)
     Fast@k_p  = mean_i pass@k(n_i, fast_i(p, baseline))
 
-where a sample is *fast* for (p, baseline) iff it is correct AND its measured speedup against
-that baseline (baseline time / candidate time) is strictly greater than p. A correct sample
-without a measured speedup for that baseline is not fast. Problems with fewer than k samples
-are skipped and counted in `Aggregate.skipped`.
+where a sample is *fast* for (p, baseline) iff it is correct AND its speedup against that baseline
+is above p with confidence: the speedup is the median of the per-round ratios baseline / candidate of
+the interleaved timing rounds, and the lower end of its 95% confidence interval
+(``Result.speedup_ci``, harness/timing.py `paired_speedup`) must be strictly greater than p. A speedup
+whose interval contains p is a *tie* (not fast; counted separately, see `verdict`); one whose interval
+lies below p is *slow*. Records without an interval (written before intervals existed) fall back to the
+point estimate (fast iff speedup > p). A correct sample without a measured speedup for that baseline is
+not fast. Problems with fewer than k samples are skipped and counted in `Aggregate.skipped`.
 
 The geometric-mean speedup over a set of results is ``exp(mean(log s))`` over the speedups s of
 the correct samples that have a (finite, positive) speedup for the baseline.
@@ -35,11 +39,22 @@ the correct samples that have a (finite, positive) speedup for the baseline.
 Roofline: with achieved throughput ``F = flops / seconds`` and bandwidth ``B = bytes / seconds``,
 arithmetic intensity ``I = flops / bytes``::
 
-    attainable = min(peak_flops, I * peak_bw)
+    attainable = min(peak_flops, I * peak_bw(level))
     fraction   = F / attainable
 
+``bytes`` is the problem's compulsory traffic (problems/analysis.py: graph inputs and weights read
+once, outputs written once). It is also the working set: the timing loop reruns the kernel back to back,
+so the data stays in the smallest memory level that holds it, and ``level`` is the smallest measured
+level (L1d, L2, L3, ..., DRAM; backends/peak.py) whose capacity is at least ``bytes``. Its roof
+``peak_bw(level)`` weighs the level's read-only and read+write figures by the problem's share of bytes
+written (its outputs; `mix_bandwidth`), and lets the part of the working set that the faster levels
+can hold go at their roofs (`memory_level`). A peak record with one bandwidth figure (before levels
+were measured) gives one memory roof for every size.
 For an operator with no floating-point work (flops == 0: copies, transposes, pads) the ceiling
-is the memory roof and ``fraction = B / peak_bw``.
+is the memory roof and ``fraction = B / peak_bw(level)``.
+
+A fraction above 1 is a measurement error, never a result: the record is flagged ("above_roof",
+with a one-line reason), and `mean_roofline_fraction` leaves it out (`roofline_flags` counts them).
 """
 
 from __future__ import annotations
@@ -47,7 +62,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .harness.result import Result
 
@@ -59,12 +74,19 @@ __all__ = [
     "correct_at_k",
     "fast_at_k",
     "geomean_speedup",
+    "above_roof",
     "is_fast",
     "level_of",
     "mean_roofline_fraction",
+    "memory_level",
+    "mix_bandwidth",
     "outcomes",
     "pass_at_k",
     "roofline",
+    "roofline_flags",
+    "ties",
+    "time_bound",
+    "verdict",
 ]
 
 _LEVEL_RE = re.compile(r"^L(\d+)/")
@@ -97,12 +119,31 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - prod
 
 
-def is_fast(result: Result, p: float, baseline: str) -> bool:
-    """Correct AND speedup against `baseline` strictly greater than p (no speedup -> not fast)."""
+def verdict(result: Result, p: float, baseline: str) -> str | None:
+    """ "fast" (the speedup's confidence interval lies above p), "tie" (it contains p), "slow" (it lies
+    below p), "implausible" (its time is below the backend's physical bound and a fresh judge did not
+    confirm it: see `time_bound`; never fast); None when the sample is not correct or has no speedup
+    against `baseline`. A record without
+    an interval is judged on its point estimate: "fast" when speedup > p, else "slow"."""
     if not result.correct:
-        return False
+        return None
     s = result.speedups.get(baseline)
-    return s is not None and not math.isnan(s) and s > p
+    if s is None or math.isnan(s):
+        return None
+    if (result.extra.get("plausibility") or {}).get("status") == "implausible":
+        return "implausible"  # faster than the machine allows, and a fresh judge did not confirm it
+    ci = result.speedup_ci.get(baseline)
+    if not ci:
+        return "fast" if s > p else "slow"
+    lo, hi = ci
+    if lo > p:
+        return "fast"
+    return "slow" if hi < p else "tie"
+
+
+def is_fast(result: Result, p: float, baseline: str) -> bool:
+    """Correct AND faster than `baseline` by more than p with confidence (see `verdict`)."""
+    return verdict(result, p, baseline) == "fast"
 
 
 @dataclass
@@ -131,6 +172,9 @@ class ProblemOutcome:
 
     def c_fast(self, p: float, baseline: str) -> int:
         return sum(1 for r in self.samples if is_fast(r, p, baseline))
+
+    def c_tie(self, p: float, baseline: str) -> int:
+        return sum(1 for r in self.samples if verdict(r, p, baseline) == "tie")
 
 
 def outcomes(results: Iterable[Result]) -> dict[str, ProblemOutcome]:
@@ -192,6 +236,12 @@ def fast_at_k(results: Iterable[Result], p: float, baseline: str, k: int = 1) ->
     return _mean_pass_at_k(outcomes(results).values(), k, lambda g: g.c_fast(p, baseline))
 
 
+def ties(results: Iterable[Result], p: float, baseline: str) -> int:
+    """How many correct samples tie with `baseline` at p: their speedup interval contains p, so they are
+    neither fast nor slow (reported next to Fast@p)."""
+    return sum(1 for r in results if verdict(r, p, baseline) == "tie")
+
+
 def geomean_speedup(results: Iterable[Result], baseline: str) -> float | None:
     """Geometric mean of the speedups vs `baseline` of the correct samples that have one.
 
@@ -205,16 +255,67 @@ def geomean_speedup(results: Iterable[Result], baseline: str) -> float | None:
     return math.exp(sum(logs) / len(logs)) if logs else None
 
 
+PLAUSIBLE_MARGIN = 0.5  # a time below half the physical bound is implausible (the bound's own error: < 2x)
+
+
+def time_bound(
+    flops: float,
+    bytes: float,
+    peak_flops: float | None,
+    bandwidth: float | None,
+    levels: Iterable[dict] = (),
+    integer: bool = False,
+) -> float | None:
+    """The least time one run can take on a backend, in seconds: its compulsory bytes at the fastest
+    bandwidth measured at any memory level (the stream or the read-only figure, whichever is higher), and
+    its FLOPs at the measured peak FLOP/s -- the larger of the two. `integer`: the problem computes on
+    8-bit integers, whose throughput (dot-product instructions) exceeds the float peak, so only the memory
+    bound applies. None when no peak is known. A measured time below PLAUSIBLE_MARGIN times this bound is
+    implausible: work skipped or results reused across the timed calls, not speed."""
+    bws = [
+        float(b)
+        for b in [bandwidth, *(lv.get(k) for lv in levels for k in ("bandwidth", "read_bandwidth"))]
+        if isinstance(b, int | float) and math.isfinite(b) and b > 0
+    ]
+    t_mem = bytes / max(bws) if bws and bytes > 0 else 0.0
+    t_flop = flops / peak_flops if peak_flops and flops > 0 and not integer else 0.0
+    return max(t_mem, t_flop) or None
+
+
+def implausible(seconds: float, bound: float | None) -> bool:
+    """A time below PLAUSIBLE_MARGIN of the physical bound (`time_bound`)."""
+    return bound is not None and seconds < PLAUSIBLE_MARGIN * bound
+
+
+def above_roof(roof: dict | None) -> bool:
+    """A roofline record (``Result.extra["roofline"]``) that claims more than its roof: flagged
+    "above_roof", or (a record from before flags existed) a fraction above 1."""
+    if not roof:
+        return False
+    f = roof.get("fraction")
+    over = isinstance(f, int | float) and not isinstance(f, bool) and math.isfinite(f) and f > 1.0
+    return roof.get("flag") == "above_roof" or over
+
+
 def mean_roofline_fraction(results: Iterable[Result]) -> float | None:
-    """Mean of ``extra["roofline"]["fraction"]`` over the correct samples that carry one."""
+    """Mean of ``extra["roofline"]["fraction"]`` over the correct samples that carry one, leaving out
+    those above their roof (a measurement error, not a result: counted by `roofline_flags`)."""
     vals = []
     for r in results:
         if not r.correct:
             continue
-        f = (r.extra.get("roofline") or {}).get("fraction")
-        if isinstance(f, int | float) and not isinstance(f, bool) and math.isfinite(f):
+        roof = r.extra.get("roofline") or {}
+        f = roof.get("fraction")
+        number = isinstance(f, int | float) and not isinstance(f, bool) and math.isfinite(f)
+        if number and not above_roof(roof):
             vals.append(float(f))
     return sum(vals) / len(vals) if vals else None
+
+
+def roofline_flags(results: Iterable[Result]) -> int:
+    """How many correct samples are above their roof (see `above_roof`); `mean_roofline_fraction`
+    leaves them out."""
+    return sum(1 for r in results if r.correct and above_roof(r.extra.get("roofline")))
 
 
 @dataclass(frozen=True)
@@ -225,6 +326,10 @@ class Roofline:
     attainable_flops: float | None  # min of the known roofs; None when no roof applies
     fraction: float | None  # achieved / attainable (memory-bound ops: achieved_bw / peak_bw)
     bound: str | None  # "compute" | "memory" | None (unknown)
+    level: str | None = None  # memory level of the roof: "L1d", "L2", ..., "DRAM"; "memory" (one figure)
+    peak_bw: float | None = None  # bytes/s of that level: the memory roof used
+    flag: str | None = None  # "above_roof" when fraction > 1 (a measurement error, see `reason`)
+    reason: str | None = None  # one line: which roof, by how much, the likely cause
 
     def to_dict(self) -> dict:
         return {
@@ -234,7 +339,93 @@ class Roofline:
             "attainable_flops": self.attainable_flops,
             "fraction": self.fraction,
             "bound": self.bound,
+            "level": self.level,
+            "peak_bw": self.peak_bw,
+            "flag": self.flag,
+            "reason": self.reason,
         }
+
+
+def mix_bandwidth(level: dict, bytes: float, bytes_written: float | None) -> float:
+    """The bandwidth roof of one memory level for a kernel that reads ``bytes - bytes_written`` and
+    writes ``bytes_written`` bytes. With the level's read+write stream figure C ("bandwidth": as many
+    bytes written as read) and read-only figure R ("read_bandwidth"), a byte read costs 1/R and a byte
+    written 1/W with 1/W = 2/C - 1/R (so a 1:1 mix gets C and a read-only kernel R)::
+
+        roof = max(C, bytes / (read / R + written / W))
+
+    C is a floor: whatever the mix, the stream kernel showed that this level moves C bytes/s (a read-only
+    figure below it says the read kernel fell short, not the memory). Without a read-only figure, or
+    without `bytes_written`, the roof is max(C, R); with 2/C - 1/R <= 0 (noise), it is C."""
+    c = float(level["bandwidth"])
+    r = level.get("read_bandwidth")
+    if not (isinstance(r, int | float) and math.isfinite(r) and r > 0):
+        return c
+    r = float(r)
+    if bytes_written is None or bytes <= 0:
+        return max(c, r)
+    inv_w = 2.0 / c - 1.0 / r
+    if inv_w <= 0:
+        return c
+    written = min(max(float(bytes_written), 0.0), float(bytes))
+    return max(c, bytes / ((bytes - written) / r + written * inv_w))
+
+
+def memory_level(
+    working_set: float, levels: Iterable[dict], bytes_written: float | None = None
+) -> tuple[str, float] | None:
+    """(name, bytes/s): the smallest memory level that holds `working_set` bytes, and the memory roof
+    for that working set, for a kernel that writes `bytes_written` of its bytes.
+
+    The roof is the level's own (`mix_bandwidth`), except for the part of the working set that the
+    levels below can hold: an ideal cache keeps min(working set, capacity) bytes in each faster level,
+    so each level serves its share of the bytes at its own roof::
+
+        1 / roof = sum_k share_k / mix_bandwidth(level_k)
+
+    (a 3.5 MiB working set with a 2 MiB L2 gets up to 57% of its bytes from L2: a roof between L2's and
+    L3's; a working set inside L1d gets L1d's). `levels`: mappings with "level" (name), "capacity"
+    (bytes; None = unbounded, main memory), "bandwidth" (bytes/s, read+write stream) and optionally
+    "read_bandwidth", in any order (a peak record's ``levels``). Past every capacity: the unbounded
+    level, else the largest one. None when no level has a positive, finite bandwidth.
+    """
+    usable = [
+        lv
+        for lv in levels
+        if isinstance(bw := lv.get("bandwidth"), int | float) and math.isfinite(bw) and bw > 0
+    ]
+    if not usable:
+        return None
+
+    def capacity(lv: dict) -> float:
+        return math.inf if lv.get("capacity") is None else float(lv["capacity"])
+
+    usable.sort(key=capacity)
+    k = next((i for i, lv in enumerate(usable) if working_set <= capacity(lv)), len(usable) - 1)
+    name = str(usable[k]["level"])
+    if working_set <= 0:
+        return name, mix_bandwidth(usable[k], working_set, bytes_written)
+    seconds_per_byte, below = 0.0, 0.0
+    for i, lv in enumerate(usable[: k + 1]):
+        held = working_set if i == k else min(working_set, capacity(lv))
+        if held > below:
+            seconds_per_byte += (held - below) / working_set / mix_bandwidth(lv, working_set, bytes_written)
+        below = held
+    return name, 1.0 / seconds_per_byte
+
+
+def _above_roof_reason(r: Roofline, bytes: float, peak_flops: float | None) -> str:
+    over = f"{100.0 * r.fraction:.0f}% of"
+    if r.bound == "memory" or not peak_flops:  # the memory roof bound it (or was the only one)
+        return (
+            f"{over} the {r.level} roof ({r.peak_bw / 1e9:.3g} GB/s, working set {bytes / 2**10:.1f} KiB): "
+            "bytes overcounted, data held in a faster level than the working set suggests, or that roof "
+            "measured low"
+        )
+    return (
+        f"{over} the compute roof ({peak_flops / 1e9:.3g} GFLOP/s): FLOPs overcounted, or the peak FLOP/s "
+        "measured low (clock, noise)"
+    )
 
 
 def roofline(
@@ -243,12 +434,19 @@ def roofline(
     seconds: float,
     peak_flops: float | None = None,
     peak_bw: float | None = None,
+    levels: Iterable[dict] | None = None,
+    bytes_written: float | None = None,
 ) -> Roofline:
-    """Where one run sits under the roofline of a device (see the module docstring).
+    """Where one run sits under the roofline of a device (see the module docstring). Pure.
 
-    Missing peaks (None) drop that roof: with only one roof known, `attainable_flops` is that
-    roof; with none, it and `fraction` are None. Zero-flop ops are measured against the memory
-    roof only (`fraction = achieved_bw / peak_bw`, `attainable_flops` = 0).
+    The memory roof is that of the level the working set (`bytes`) fits in, from `memory_level` over
+    `levels` (a peak record's per-level figures): that level's bandwidth for the kernel's mix of reads
+    and writes (`bytes_written` of `bytes` are written: the outputs; `mix_bandwidth`), with the share of
+    the working set that faster levels can hold at theirs; without levels, `peak_bw` is the one memory
+    roof (level "memory"). Missing peaks (None) drop that roof: with only one roof
+    known, `attainable_flops` is that roof; with none, it and `fraction` are None. Zero-flop ops are
+    measured against the memory roof only (`fraction = achieved_bw / peak_bw`, `attainable_flops` = 0).
+    A fraction above 1 gets ``flag = "above_roof"`` and a one-line `reason`.
     """
     if not seconds or seconds <= 0 or not math.isfinite(seconds):
         raise ValueError(f"roofline needs a positive run time, got {seconds!r}")
@@ -257,19 +455,27 @@ def roofline(
     achieved_flops = flops / seconds
     achieved_bw = bytes / seconds
     intensity = flops / bytes if bytes > 0 else None
+    chosen = memory_level(bytes, levels, bytes_written) if levels else None
+    if chosen:
+        level, peak_bw = chosen
+    else:  # one figure for every size (or none)
+        level, peak_bw = ("memory", peak_bw) if peak_bw else (None, None)
 
     if flops == 0:  # pure data movement: only the memory roof means anything
         fraction = achieved_bw / peak_bw if peak_bw and bytes > 0 else None
-        return Roofline(achieved_flops, achieved_bw, intensity, 0.0, fraction, "memory")
-
-    memory_roof = intensity * peak_bw if (peak_bw and intensity is not None) else None
-    roofs = [r for r in (peak_flops or None, memory_roof) if r is not None]
-    attainable = min(roofs) if roofs else None
-    fraction = achieved_flops / attainable if attainable else None
-    if peak_flops and memory_roof is not None:
-        bound = "memory" if memory_roof < peak_flops else "compute"
-    elif peak_flops and bytes == 0:
-        bound = "compute"
+        r = Roofline(achieved_flops, achieved_bw, intensity, 0.0, fraction, "memory", level, peak_bw)
     else:
-        bound = None
-    return Roofline(achieved_flops, achieved_bw, intensity, attainable, fraction, bound)
+        memory_roof = intensity * peak_bw if (peak_bw and intensity is not None) else None
+        roofs = [x for x in (peak_flops or None, memory_roof) if x is not None]
+        attainable = min(roofs) if roofs else None
+        fraction = achieved_flops / attainable if attainable else None
+        if peak_flops and memory_roof is not None:
+            bound = "memory" if memory_roof < peak_flops else "compute"
+        elif peak_flops and bytes == 0:
+            bound = "compute"
+        else:
+            bound = None
+        r = Roofline(achieved_flops, achieved_bw, intensity, attainable, fraction, bound, level, peak_bw)
+    if r.fraction is not None and r.fraction > 1.0:
+        r = replace(r, flag="above_roof", reason=_above_roof_reason(r, bytes, peak_flops))
+    return r

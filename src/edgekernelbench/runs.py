@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from . import metrics
+from .backends.peak import profile_peak
 from .errors import MalformedCandidate, RunDirError
 from .harness.api import evaluate
 from .harness.isolation import Limits
@@ -112,7 +113,9 @@ def pending(store: RunStore, refs: list[CandidateRef], backend: str, retry_infra
     return out
 
 
-def evaluate_ref(ref: CandidateRef, backend: str, cfg: EvalConfig, tracker: str | None = None) -> Result:
+def evaluate_ref(
+    ref: CandidateRef, backend: str, cfg: EvalConfig, tracker: str | None = None, peak: dict | None = None
+) -> Result:
     try:
         spec = load_candidate(ref.path, ref.problem)
     except MalformedCandidate as e:  # the candidate's own fault: recorded, the run goes on
@@ -134,6 +137,7 @@ def evaluate_ref(ref: CandidateRef, backend: str, cfg: EvalConfig, tracker: str 
         tracker=tracker,
         device_retries=cfg.device_retries,
         source=str(ref.path),
+        peak=peak,
     )
 
 
@@ -161,12 +165,12 @@ def device_plan(backend: str, cfg: EvalConfig) -> tuple[str | None, int]:
     return (tracker, max(1, n)) if tracker else (None, 1)
 
 
-def _evaluate_all(todo, backend, cfg, tracker, workers):
+def _evaluate_all(todo, backend, cfg, tracker, workers, peak=None):
     """Yields (ref, Result) as items finish: in order for one worker; with several (one per remote device),
     from parallel threads, each driving one worker process."""
     if workers <= 1 or len(todo) <= 1:
         for ref in todo:
-            yield ref, evaluate_ref(ref, backend, cfg, tracker)
+            yield ref, evaluate_ref(ref, backend, cfg, tracker, peak)
         return
     from concurrent.futures import ThreadPoolExecutor, as_completed
 
@@ -175,7 +179,7 @@ def _evaluate_all(todo, backend, cfg, tracker, workers):
     prepare_fork()  # what the workers' preexec_fn needs, resolved before threads start forking
 
     with ThreadPoolExecutor(max_workers=min(workers, len(todo)), thread_name_prefix="ekb-device") as pool:
-        futures = {pool.submit(evaluate_ref, ref, backend, cfg, tracker): ref for ref in todo}
+        futures = {pool.submit(evaluate_ref, ref, backend, cfg, tracker, peak): ref for ref in todo}
         try:
             for fut in as_completed(futures):
                 yield futures[fut], fut.result()
@@ -219,10 +223,16 @@ def eval_run(
             if on_start:
                 on_start(backend, len(todo))
             peak = backend_peak(store, backend, cfg.threads) if cfg.measure and todo else None
-            for _ref, res in _evaluate_all(todo, backend, cfg, tracker, workers):
+            for _ref, res in _evaluate_all(todo, backend, cfg, tracker, workers, peak):
                 if peak and res.correct and res.runtime:
                     res.extra["roofline"] = metrics.roofline(
-                        res.flops, res.bytes, res.runtime.median, peak["flops"], peak["bandwidth"]
+                        res.flops,
+                        res.bytes,
+                        res.runtime.median,
+                        peak["flops"],
+                        peak["bandwidth"],
+                        peak.get("levels"),  # absent in records from before per-level peaks
+                        get_problem(res.problem).cost.bytes_written,
                     ).to_dict()
                 store.put(res)
                 counts["evaluated"] += 1
@@ -232,27 +242,11 @@ def eval_run(
     return counts
 
 
-def profile_peak(profile, threads: int) -> dict | None:
-    """The profile's own peaks when `ekb peak` measured them (peak_source "measured: ...") with this
-    thread count (or a source that names none); else None."""
-    if not (profile.peak_flops and profile.peak_bandwidth and profile.peak_source.startswith("measured")):
-        return None
-    m = re.search(r"(\d+) thread", profile.peak_source)
-    if m and int(m.group(1)) != threads:
-        return None
-    return {
-        "flops": float(profile.peak_flops),
-        "bandwidth": float(profile.peak_bandwidth),
-        "threads": threads,
-        "target": json.dumps(profile.target, sort_keys=True),
-        "source": profile.peak_source,
-    }
-
-
 def backend_peak(store: RunStore, backend: str, threads: int) -> dict | None:
     """The backend's peaks for the roofline: the profile's when measured by `ekb peak` (same thread
-    count), else measured here once per run directory (cached in the run store), else the profile's
-    datasheet figures when the backend cannot be measured here."""
+    count), else measured here once per run directory (cached in the run store's meta; a record cached
+    before per-level bandwidths existed has no "levels" and still serves, as one memory roof), else the
+    profile's datasheet figures when the backend cannot be measured here."""
     from .backends.registry import get_profile
 
     profile = get_profile(backend, threads)
@@ -278,7 +272,9 @@ def backend_peak(store: RunStore, backend: str, threads: int) -> dict | None:
 
 def measure_peak_isolated(backend: str, threads: int, mib: int | None = None) -> dict | None:
     """Measures the backend's peaks with backends/peak.py in a fresh process whose thread pool has
-    `threads` threads (local backends, CPU or GPU; None otherwise or on failure). `mib`: bandwidth buffer."""
+    `threads` threads (local backends, CPU or GPU; None otherwise or on failure): FLOP/s and the
+    bandwidth of each memory level (cache sizes from sysfs, else the profile's caches table).
+    `mib`: DRAM buffer (None: automatic)."""
     from .backends.host import resolve_target
     from .backends.registry import get_profile
 
@@ -298,6 +294,7 @@ def measure_peak_isolated(backend: str, threads: int, mib: int | None = None) ->
         "--threads",
         str(threads),
         *(["--mib", str(mib)] if mib else []),
+        *(["--caches", json.dumps(profile.caches)] if profile.caches else []),
     ]
     try:
         out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, check=True).stdout

@@ -31,7 +31,10 @@ class BackendProfile:
     vector_bits: int = 128
     caches: dict = field(default_factory=dict)
     peak_flops: float | None = None  # FLOP/s; None until measured (`ekb peak`) or from a datasheet
-    peak_bandwidth: float | None = None  # bytes/s
+    peak_bandwidth: float | None = None  # bytes/s (main memory)
+    # per memory level, from `ekb peak`: [{level = "L1d", capacity = bytes, bandwidth = bytes/s,
+    # working_set = bytes}, ..., {level = "DRAM", bandwidth = ...}] (DRAM has no capacity)
+    peak_levels: list = field(default_factory=list)
     peak_source: str = ""
     source: str = "built-in"  # which file defined it
     extra: dict = field(default_factory=dict)
@@ -137,3 +140,8 @@ class Loaded(abc.ABC):
     @abc.abstractmethod
     def kernel_timer(self, kernel: str, args: list):
         """Like timer(), for one PrimFunc called with destination-passing arguments."""
+
+    def poisoned_kernel_time(self, kernel: str, args: list, n_out: int, repeats: int) -> float:
+        """Median seconds of single calls of `kernel`, its last `n_out` arguments (the outputs) refilled
+        with a sentinel before each call, outside the timed region (harness/api.py check_plausible)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot refill outputs between timed calls")

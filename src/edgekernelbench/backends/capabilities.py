@@ -138,6 +138,7 @@ def backend_capabilities(profile: BackendProfile) -> dict:
         "rpc_key": profile.rpc_key,
         "peak_flops": profile.peak_flops,
         "peak_bandwidth": profile.peak_bandwidth,
+        "peak_levels": profile.peak_levels,
         "peak_source": profile.peak_source,
         "source": profile.source,
         "description": profile.description,

@@ -20,7 +20,13 @@ def toml_key(name: str) -> str:
 
 
 def toml_value(v) -> str:
-    """A TOML literal for a str, bool, int or finite float (strings as JSON strings: valid TOML)."""
+    """A TOML literal for a str, bool, int or finite float (strings as JSON strings: valid TOML), a list
+    of those, or a dict of them as an inline table (None values left out: TOML has no null)."""
+    if isinstance(v, list | tuple):
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        items = [f"{toml_key(str(k))} = {toml_value(x)}" for k, x in v.items() if x is not None]
+        return "{ " + ", ".join(items) + " }" if items else "{}"
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, int):
@@ -81,12 +87,25 @@ def set_profile_keys(path: Path, profile: str, values: dict) -> None:
     tmp.replace(path)
 
 
-def store_peak(path: Path, profile: str, flops: float, bandwidth: float, source: str) -> None:
-    set_profile_keys(
-        path,
-        profile,
-        {"peak_flops": _sig(flops), "peak_bandwidth": _sig(bandwidth), "peak_source": source},
-    )
+def store_peak(
+    path: Path, profile: str, flops: float, bandwidth: float, source: str, levels: list[dict] = ()
+) -> None:
+    """Writes measured peaks into [profile]: peak_flops, peak_bandwidth (DRAM), peak_source and, when
+    given, peak_levels (one inline table per memory level: level, capacity, bandwidth, working_set; a
+    None capacity -- DRAM -- is left out)."""
+    values = {"peak_flops": _sig(flops), "peak_bandwidth": _sig(bandwidth), "peak_source": source}
+    if levels:
+        rows = []
+        for lv in levels:
+            row = {"level": str(lv["level"])}
+            if lv.get("capacity") is not None:
+                row["capacity"] = int(lv["capacity"])
+            row["bandwidth"] = _sig(lv["bandwidth"])
+            if lv.get("working_set") is not None:
+                row["working_set"] = int(lv["working_set"])
+            rows.append(row)
+        values["peak_levels"] = rows
+    set_profile_keys(path, profile, values)
 
 
 def _sig(x: float, digits: int = 4) -> float:

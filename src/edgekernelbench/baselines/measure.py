@@ -5,7 +5,10 @@ onnxruntime is not measured (it would run on a CPU).
 
 On a remote device (a profile with an rpc_key and a tracker), onnxruntime is timed on the device when
 its server is `ekb farm server` and onnxruntime is installed there; otherwise it is not measured, with
-the reason logged once (see baselines/onnxruntime.py)."""
+the reason logged once (see baselines/onnxruntime.py).
+
+`measure_floors` measures, once per backend and thread count, the floor of each contender's timer (an
+empty kernel through exactly that timer, baselines/floors.py) and keeps it in the run store's meta."""
 
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ from pathlib import Path
 from ..backends.gpu import gpu_default_spec, require_device
 from ..errors import EKBError
 from ..generators.reference_candidates import reference_spec
-from ..harness.api import evaluate
+from ..harness.api import evaluate, time_floors
 from ..harness.timing import TimingConfig
 from ..store import RunStore
 
@@ -124,6 +127,7 @@ def measure_baselines(
                     more = {"kernels": res.extra.get(f"kernels:{name}")}
                     if name == "onnxruntime":  # "host" or "device"
                         more["on"] = res.extra.get("onnxruntime_on")
+                        more["output"] = res.extra.get("onnxruntime_output")  # vs the oracle (host only)
                     store.put_baseline(p.id, backend, name, t, {**extra, **more})
                     times[name] = t.median
                 reason = res.extra.get("not_measured", {}).get("onnxruntime")
@@ -132,4 +136,52 @@ def measure_baselines(
             out[p.id] = times
             if on_result:
                 on_result(p.id, res.correct)
+    return out
+
+
+def floors_key(backend: str, threads: int) -> str:
+    return f"floors:{backend}:{threads}"
+
+
+def measure_floors(
+    backend: str,
+    run_dir: Path,
+    threads: int = 1,
+    timing: TimingConfig | None = None,
+    force: bool = False,
+    tracker: str | None = None,
+) -> dict:
+    """The floors of the contenders' timers on `backend` with `threads` threads (baselines/floors.py),
+    measured in a worker the first time (or again with `force`) and kept in the run store's meta:
+    {"backend", "threads", "seconds": {floor: median s/call}, "timings": {floor: Timing as a dict},
+    "describe": {floor: what it timed}, "onnxruntime_timer": how ONNX Runtime was timed,
+    "not_measured": {name: why}, "timing": the protocol}; {"backend", "threads", "error": why} when they
+    could not be measured (not stored)."""
+    from dataclasses import asdict
+
+    key = floors_key(backend, threads)
+    with RunStore(run_dir) as store:
+        have = None if force else store.get_meta(key)
+    if have:
+        return have
+    gpu = measurable(backend, threads, tracker)[0].kind == "gpu"  # no CPU onnxruntime against a GPU
+    res = time_floors(
+        backend, threads=threads, timing=timing, tracker=tracker, baselines=() if gpu else ALL[2:]
+    )
+    if not res.correct:
+        why = res.detail.splitlines()[0] if res.detail else res.reason
+        log.warning("%s: timer floors not measured: %s", backend, why)
+        return {"backend": backend, "threads": threads, "error": res.detail or res.reason}
+    out = {
+        "backend": backend,
+        "threads": threads,
+        "seconds": {n: t.median for n, t in res.baselines.items()},
+        "timings": {n: asdict(t) for n, t in res.baselines.items()},
+        "describe": res.extra.get("floors", {}),
+        "onnxruntime_timer": res.extra.get("onnxruntime_timer"),
+        "not_measured": res.extra.get("not_measured", {}),
+        "timing": asdict(timing or TimingConfig()),  # the protocol they were measured with
+    }
+    with RunStore(run_dir) as store:
+        store.set_meta(key, out)
     return out

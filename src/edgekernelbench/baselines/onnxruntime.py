@@ -1,20 +1,33 @@
 """onnxruntime: the vendor runtime baseline, full graph optimizations, the backend's thread count.
 
-On the host, `ort_timer` runs it in this process. On a remote device, `remote_ort_timer` runs it on the
-device through the EKB functions of `ekb farm server` (backends/farm_server.py): the model and the inputs
-are sent once, and each call of the timer runs the session `number` times on the device and returns the
-device's seconds per call, as the remote time_evaluator does for TVM code."""
+On the host, `ort_contender` times it in this process the way a deployed C/C++ program runs it: a C loop
+over `RunWithBinding` with inputs and outputs bound once (the native timer, ort_native.py), as TVM's own
+C++ timer runs the candidate. When the native timer is not available, or its one checked run does not
+give the Python session's outputs, it falls back to Python with I/O binding (`iobinding_timer`) and says
+why. On a remote device, `remote_ort_timer` runs it on the device through the EKB functions of `ekb farm
+server` (backends/farm_server.py): the model and the inputs are sent once, and each call of the timer
+runs the session `number` times on the device (a Python loop over `run_with_iobinding` there: no C
+compiler is assumed on a board) and returns the device's seconds per call, as the remote time_evaluator
+does for TVM code."""
 
 from __future__ import annotations
 
 import io
+import logging
 
 from ..errors import last_line
 from ..harness.timing import python_timer
 from ..oracle import ort_session
 
+log = logging.getLogger(__name__)
+
 NO_EKB_FUNCTIONS = "the device's RPC server has no EKB functions: start it with `ekb farm server`"
 NO_ORT = "onnxruntime is not installed on the device"
+
+# how ONNX Runtime was timed (Result.extra["onnxruntime_timer"]["timer"])
+NATIVE = "native"  # C loop over RunWithBinding, I/O bound (ort_native.py)
+PY_IOBINDING = "python-iobinding"  # Python loop over run_with_iobinding, I/O bound
+PY_RUN = "python-run"  # Python loop over session.run (feeds and fetches converted on every call)
 
 
 class ORTUnavailable(Exception):
@@ -22,11 +35,78 @@ class ORTUnavailable(Exception):
     call is chained as __cause__ (it may be the device's, see RPCSession.diagnose)."""
 
 
-def ort_timer(problem, inputs: dict, threads: int):
-    sess = ort_session(problem.model, threads=threads, optimize=True)
+def session_run_timer(sess, inputs: dict):
+    """A contender: `sess.run` from a Python loop (for comparison only: it times Python as well)."""
     names = [o.name for o in sess.get_outputs()]
     sess.run(names, inputs)
     return python_timer(lambda: sess.run(names, inputs))
+
+
+def iobinding_timer(sess, inputs: dict, expected: list):
+    """A contender: `sess.run_with_iobinding` from a Python loop, the inputs bound once and the outputs
+    preallocated (like `expected`, the session's outputs) and bound once."""
+    import numpy as np
+    import onnxruntime as ort
+
+    binding = sess.io_binding()
+    for name, arr in inputs.items():
+        binding.bind_cpu_input(name, np.ascontiguousarray(arr))
+    for o, e in zip(sess.get_outputs(), expected, strict=True):
+        binding.bind_ortvalue_output(o.name, ort.OrtValue.ortvalue_from_numpy(np.empty_like(e)))
+    sess.run_with_iobinding(binding)
+    return python_timer(lambda: sess.run_with_iobinding(binding))
+
+
+def native_timer(lib: str, model_bytes: bytes, inputs: dict, expected: list, names: list, threads: int):
+    """A contender: the native timer (ort_native.NativeORTTimer), trusted only after its runs give
+    exactly `expected` (the Python session's outputs, same options) in outputs filled beforehand with
+    two different byte patterns: a C API slot that does not do what the C file assumes fails here, not
+    in the timings. Raises NativeTimerError."""
+    import numpy as np
+
+    from .ort_native import NativeORTTimer, NativeTimerError
+
+    outs = {n: np.empty_like(e) for n, e in zip(names, expected, strict=True)}
+    feeds = {k: np.ascontiguousarray(v) for k, v in inputs.items()}
+    timer = NativeORTTimer(lib, model_bytes, feeds, outs, threads)
+    for pattern in (0xA5, 0x5A):
+        for o in outs.values():
+            o.view(np.uint8).fill(pattern)
+        timer.run_once()
+        for n, e in zip(names, expected, strict=True):
+            got = outs[n]
+            same = got.shape == e.shape and got.dtype == e.dtype
+            if same:
+                same = np.array_equal(got, e, equal_nan=got.dtype.kind in "fc")
+            if not same:
+                timer.close()
+                raise NativeTimerError(
+                    f"the native timer's output {n} differs from the Python session's (onnxruntime "
+                    f"{timer.version}): not trusted"
+                )
+    return timer.run
+
+
+def ort_contender(problem, inputs: dict, threads: int, native_lib: str | None, unavailable: str = ""):
+    """(run, how): the ONNX Runtime contender on this host and how it is timed, for the record:
+    {"timer": NATIVE, "library": path} or {"timer": PY_IOBINDING, "why": why the native timer is not
+    used}. `native_lib`: the native timer library the parent built (None: `unavailable` says why)."""
+    from .ort_native import NativeTimerError
+
+    sess = ort_session(problem.model, threads=threads, optimize=True)
+    names = [o.name for o in sess.get_outputs()]
+    expected = sess.run(names, inputs)
+    if native_lib:
+        try:
+            model = problem.model.SerializeToString()
+            run = native_timer(native_lib, model, inputs, expected, names, threads)
+            return run, {"timer": NATIVE, "library": str(native_lib)}
+        except NativeTimerError as e:
+            why = str(e)
+    else:
+        why = unavailable or "no native timer library was given to the worker"
+    log.warning("ONNX Runtime timed from Python (I/O binding): %s", why)
+    return iobinding_timer(sess, inputs, expected), {"timer": PY_IOBINDING, "why": why}
 
 
 def _remote_function(remote, name: str):
@@ -59,12 +139,17 @@ def npz_bytes(arrays: dict) -> bytes:
 
 
 def remote_ort_timer(remote, problem, inputs: dict, threads: int):
-    """(run, onnxruntime's version there): a contender run(number) -> seconds per call timing ONNX
+    """(run, onnxruntime's version there, how): a contender run(number) -> seconds per call timing ONNX
     Runtime on the device of the RPC session `remote`, with the local baseline's session options and
-    `threads` threads. Raises ORTUnavailable
+    `threads` threads, and how the device times it, for the record ({"timer": PY_IOBINDING, "on":
+    "device"}; PY_RUN from an older `ekb farm server`). Raises ORTUnavailable
     when the device cannot: its server has no EKB functions, onnxruntime is missing there, or it
     cannot run the model."""
     version = device_ort_version(remote)
+    try:
+        how = {"timer": str(_remote_function(remote, "ekb.ort.timer")()), "on": "device"}
+    except ORTUnavailable:  # a farm server from before I/O binding: it still times session.run
+        how = {"timer": PY_RUN, "on": "device", "why": "the device's ekb farm server predates ekb.ort.timer"}
     load = _remote_function(remote, "ekb.ort.load")
     set_inputs = _remote_function(remote, "ekb.ort.set_inputs")
     run_remote = _remote_function(remote, "ekb.ort.run")
@@ -79,4 +164,4 @@ def remote_ort_timer(remote, problem, inputs: dict, threads: int):
     def run(number: int) -> float:
         return float(run_remote(handle, int(number)))
 
-    return run, version
+    return run, version, how

@@ -93,12 +93,17 @@ def backends_cmd(as_json):
     type=click.Path(path_type=Path),
     help="User profile TOML to store the figures in (default ~/.config/edgekernelbench/profiles.toml).",
 )
-@click.option("--mib", type=click.IntRange(1), default=64, show_default=True, help="Bandwidth buffer (MiB).")
+@click.option(
+    "--mib",
+    type=click.IntRange(1),
+    help="DRAM buffer, each of two (MiB; default: max(64, the last-level cache)).",
+)
 @_tracker_option
 def peak(backend, threads, profiles_file, mib, tracker):
-    """Measure a backend's peak FLOP/s and memory bandwidth (TVM micro-kernels) and store them in
-    the user profile file: the roofline of later runs uses them. A profile with an rpc_key is measured
-    on a device of its key behind --tracker (a run = "remote" profile always is)."""
+    """Measure a backend's peak FLOP/s and the bandwidth of each memory level (L1d, L2, L3, DRAM; TVM
+    micro-kernels, cache sizes from sysfs or the profile's caches table) and store them in the user
+    profile file: the roofline of later runs uses them. A profile with an rpc_key is measured on a
+    device of its key behind --tracker (a run = "remote" profile always is)."""
     import datetime
 
     from ..backends.profile_file import store_peak
@@ -120,7 +125,7 @@ def peak(backend, threads, profiles_file, mib, tracker):
         msg = f"measuring {name} on a device of '{profile.rpc_key}' ({profile.threads} thread(s))"
         with console.status(msg):
             measured, server = measure_peak_remote(profile, addr, mib=mib)
-        result = {"flops": measured.flops, "bandwidth": measured.bandwidth}
+        result = {"flops": measured.flops, "bandwidth": measured.bandwidth, "levels": list(measured.levels)}
         where = f" over RPC on {server}"
     elif profile.run != "local":
         raise EKBError(
@@ -137,10 +142,12 @@ def peak(backend, threads, profiles_file, mib, tracker):
             raise EKBError(f"peak measurement failed on {name} (ekb -v peak ... for the reason)")
         where = ""
     source = f"measured: TVM micro-kernels{where}, {today}, {profile.threads} thread(s)"
-    store_peak(path, name, result["flops"], result["bandwidth"], source)
+    levels = result.get("levels") or []
+    store_peak(path, name, result["flops"], result["bandwidth"], source, levels)
+    per_level = ", ".join(f"{lv['level']} {_si(lv['bandwidth'], 'B/s')}" for lv in levels)
     console.print(
         Text(
-            f"{name}: {_si(result['flops'], 'FLOP/s')}, {_si(result['bandwidth'], 'B/s')} "
+            f"{name}: {_si(result['flops'], 'FLOP/s')}, {per_level or _si(result['bandwidth'], 'B/s')} "
             f"({profile.threads} thread(s)); stored in {path} [{name}]"
         )
     )

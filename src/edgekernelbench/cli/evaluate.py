@@ -182,6 +182,15 @@ def check(problem, candidate, **opts):
     status = "correct" if res.correct else f"{res.reason}: {res.detail.splitlines()[0] if res.detail else ''}"
     style = "green" if res.correct else "yellow" if compile_only else "red"
     console.print(Text(f"{p.id} on {res.backend}: {status}", style=style))
+    ort = res.extra.get("onnxruntime_output") or {}
+    if ort.get("matches_oracle") is False:  # the ORT baseline timed a result the oracle rejects
+        console.print(
+            Text(
+                f"note: onnxruntime's own output differs from the oracle ({res.oracle}) here: "
+                f"{ort['mismatched']} of {ort['elements']} elements, max abs err {ort['max_abs_err']:.3g}",
+                style="yellow",
+            )
+        )
     sys.exit(0 if res.correct or compile_only else 1)
 
 
@@ -196,11 +205,13 @@ def check(problem, candidate, **opts):
 @click.option("--threads", type=int, default=1, show_default=True)
 @click.option("--quick", is_flag=True, help="Short timing protocol.")
 @click.option("--force", is_flag=True, help="Measure again problems already measured.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (baselines, timer floors), not tables.")
 @_tracker_option
-def baseline(backend, level, problems, run_dir, threads, quick, force, tracker):
+def baseline(backend, level, problems, run_dir, threads, quick, force, as_json, tracker):
     """Measure the baselines (tvm-default, onnxruntime, and the unscheduled reference) for the suite.
-    On a GPU: tvm-default and the reference with dlight's GPU schedule (no CPU onnxruntime)."""
-    from ..baselines.measure import measurable, measure_baselines
+    On a GPU: tvm-default and the reference with dlight's GPU schedule (no CPU onnxruntime).
+    Also the floor of each contender's timer (an empty kernel through it), once per backend and threads."""
+    from ..baselines.measure import measurable, measure_baselines, measure_floors
     from ..problems import select
 
     (backend,) = _backends(backend)
@@ -208,7 +219,7 @@ def baseline(backend, level, problems, run_dir, threads, quick, force, tracker):
     measurable(backend, threads, tracker)  # one clear line when nothing can be timed there
     probs = select(level=level, ids=list(problems) or None)
     with _progress() as prog:
-        task = prog.add_task(f"baselines {backend}", total=len(probs), status="")
+        task = prog.add_task(f"baselines {backend}", total=len(probs) + 1, status="")
         measured = measure_baselines(
             probs,
             backend,
@@ -219,6 +230,13 @@ def baseline(backend, level, problems, run_dir, threads, quick, force, tracker):
             on_result=lambda pid, ok: prog.update(task, advance=1, status=pid),
             tracker=tracker,
         )
+        prog.update(task, status="timer floors")
+        floors = measure_floors(backend, run_dir, threads, _timing(quick), force, tracker)
+        prog.update(task, advance=1, status="timer floors")
+    if as_json:
+        out = {"backend": backend, "threads": threads, "baselines": measured, "floors": floors}
+        click.echo(json.dumps(out, indent=1))
+        return
     t = Table(title=f"baselines on {backend} ({threads} thread(s)), median us")
     for c in ("problem", "reference", "tvm-default", "onnxruntime"):
         t.add_column(c, justify="left" if c == "problem" else "right")
@@ -231,7 +249,35 @@ def baseline(backend, level, problems, run_dir, threads, quick, force, tracker):
             ],
         )
     console.print(t)
+    _print_floors(floors)
     console.print(f"stored in {run_dir / 'results.db'}")
+
+
+_ORT_TIMERS = {
+    "native": "C loop over RunWithBinding, I/O bound",
+    "python-iobinding": "Python loop over run_with_iobinding, I/O bound",
+    "python-run": "Python loop over session.run",
+}
+
+
+def _print_floors(floors: dict) -> None:
+    if "error" in floors:
+        console.print(f"timer floors: not measured: {floors['error'].splitlines()[0]}")
+        return
+    how = floors.get("onnxruntime_timer") or {}
+    t = Table(title="timer floors: an empty kernel through each contender's timer, median us")
+    for c in ("contender", "timed as", "us/call"):
+        t.add_column(c, justify="right" if c == "us/call" else "left")
+    for name, sec in floors["seconds"].items():
+        what = floors.get("describe", {}).get(name, "")
+        if name == "onnxruntime" and how:
+            what = _ORT_TIMERS.get(how.get("timer"), str(how.get("timer")))
+            what += " on the device" if how.get("on") == "device" else ""
+            what += f" (fallback: {how['why']})" if how.get("why") else ""
+        t.add_row(name, what, f"{sec * 1e6:.2f}")
+    for name, why in floors.get("not_measured", {}).items():
+        t.add_row(name, f"not measured: {why}", "-")
+    console.print(t)
 
 
 # ------------------------------------------------------------------------------------------ demo

@@ -92,10 +92,17 @@ def show(problem, baselines_dir, no_script):
     console.print(_kernel_table(ref, rows))
     for (_, backend, name), rec in sorted(rows.items()):
         t = rec["timing"]
+        out = rec.get("extra", {}).get("output") or {}
         console.print(
             Text(
                 f"baseline {name} on {backend}: median {t['median'] * 1e6:.1f} us "
                 f"(IQR {t['iqr'] * 1e6:.1f} us, {t['count']} rounds)"
+                + (
+                    f"; its output differs from the oracle ({out.get('oracle')}), max abs err "
+                    f"{out.get('max_abs_err', 0):.3g}"
+                    if out.get("matches_oracle") is False
+                    else ""
+                )
             )
         )
     if not rows:
@@ -166,3 +173,5 @@ def add_model_cmd(path, name, domain, level, inputs, atol, rtol, suite_dir):
     if not check.ok:
         for f in check.failures:
             err_console.print(Text(f"warning: {f}"))
+    for f in check.findings:  # e.g. ONNX Runtime off the exact oracle on this CPU
+        err_console.print(Text(f"note: {f}"))

@@ -15,7 +15,7 @@ from .common import console
 # ------------------------------------------------------------------------------------------ report
 def _print_report(run_dir: Path, p: float = 1.0, per_problem: bool = False):
     from ..report.render import render_backend_matrix, render_problem_table, render_tables
-    from ..report.summary import summarize
+    from ..report.summary import above_roof_lines, summarize
     from ..store import RunStore
 
     with RunStore(run_dir) as store:
@@ -29,6 +29,12 @@ def _print_report(run_dir: Path, p: float = 1.0, per_problem: bool = False):
         console.print(table)
     if len(summary.backends) > 1:  # one spec, many backends: side by side
         console.print(render_backend_matrix(summary, p_headline=p))
+    for line in inexact_baseline_lines(results, summary.baselines):
+        console.print(Text(line, style="yellow"), soft_wrap=True)
+    for line in timing_lines(results, p):
+        console.print(Text(line, style="yellow"), soft_wrap=True)
+    for line in above_roof_lines(results):  # counted in the roofline column, left out of its mean
+        console.print(Text(line, style="yellow"), soft_wrap=True)
     by_method = summaries_by_method(results)
     if len(by_method) > 1:  # several models / methods in one run: the metrics of each
         for method, sub in by_method.items():
@@ -38,6 +44,51 @@ def _print_report(run_dir: Path, p: float = 1.0, per_problem: bool = False):
     for line in _generation_lines(run_dir):
         console.print(Text(line), soft_wrap=True)
     return summary
+
+
+def inexact_baseline_lines(results, baselines) -> list[str]:
+    """One line per baseline whose own output differed from the oracle for some timed samples."""
+    from ..report.summary import baseline_output_inexact
+
+    lines = []
+    for b in baselines:
+        hit = [r for r in results if baseline_output_inexact(r, b)]
+        if hit:
+            problems = sorted({r.problem for r in hit})
+            lines.append(
+                f"note: {b}'s own output differed from the oracle on {len(hit)} timed sample(s) "
+                f"({', '.join(problems)}): speedups against it there are against an inexact result "
+                f"(extra.{b}_output in each result)"
+            )
+    return lines
+
+
+def timing_lines(results, p: float) -> list[str]:
+    """What to know about the timings: ties at p, and samples timed on a busy machine."""
+    from .. import metrics
+    from ..report.summary import timing_disturbed
+
+    lines = []
+    timed = [r for r in results if r.correct and r.runtime is not None]
+    tied = sum(1 for r in timed if any(metrics.verdict(r, p, b) == "tie" for b in r.speedups))
+    if tied:
+        lines.append(
+            f"note: {tied} of {len(timed)} timed sample(s) tie with a baseline at p = {p:g}: the 95% "
+            f"interval of their speedup contains {p:g}, so they count as neither fast nor slow"
+        )
+    for r in timed:
+        if not (r.extra.get("plausibility") or {}).get("status", "").startswith("implausible"):
+            continue
+        lines.append(f"note: {r.problem}#{r.sample} on {r.backend}: {r.extra['plausibility']['reason']}")
+    busy = [r for r in timed if timing_disturbed(r)]
+    if busy:
+        share = max((r.extra["timing_env"].get("other_cpus_busy") or 0.0) for r in busy)
+        lines.append(
+            f"note: {len(busy)} of {len(timed)} timed sample(s) were timed while the machine's other CPUs "
+            f"were busy (up to {share:.0%} of the time): their speedups may not reproduce on a quiet machine "
+            f"(extra.timing_env in each result)"
+        )
+    return lines
 
 
 def summaries_by_method(results) -> dict:

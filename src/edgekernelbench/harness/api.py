@@ -32,10 +32,13 @@ def evaluate(
     tracker: str | None = None,
     device_retries: int = 2,
     source: str = "",
+    peak: dict | None = None,
 ) -> Result:
     """Judges one candidate: a KernelSpec, a path to a candidate file, or TVMScript module text.
     `tracker` (HOST:PORT): a backend whose profile has an rpc_key runs on a device of that key
-    (backends/rpc.py); a device lost mid-run is retried on another one up to `device_retries` times."""
+    (backends/rpc.py); a device lost mid-run is retried on another one up to `device_retries` times.
+    `peak`: the backend's measured peaks (FLOP/s, bandwidths; runs.backend_peak), for the plausibility
+    check (`check_plausible`); None: the profile's own, when `ekb peak` measured them."""
     problem_id = problem if isinstance(problem, str) else problem.id
     if isinstance(candidate, Path):
         source = str(candidate)
@@ -68,6 +71,8 @@ def evaluate(
 
         tracker = default_tracker()  # read here: the worker's environment is clean
     job.tracker = tracker
+    if measure and "onnxruntime" in baselines and profile.kind != "gpu":
+        prepare_ort_timer(job)
     res = run_in_worker(job, limits)
     lost = []
     for _ in range(device_retries if tracker else 0):
@@ -78,4 +83,101 @@ def evaluate(
         res = run_in_worker(job, limits)
     if lost:
         res.extra["devices_lost"] = lost  # earlier tries of this item, on devices that went away
+    if peak is None:
+        from ..backends.peak import profile_peak
+
+        peak = profile_peak(profile, threads)
+    return check_plausible(res, job, limits, peak)
+
+
+def check_plausible(res: Result, job: Job, limits: Limits, peak: dict | None) -> Result:
+    """A correct candidate timed faster than the backend's physical bound (metrics.time_bound: its bytes
+    at the fastest measured bandwidth, its FLOPs at the peak) is judged again by a fresh judge that also
+    times every kernel with its outputs poisoned before each call (harness/evaluate.py). Confirmed (the
+    fresh judge is as fast, poisoned outputs and all): it counts, flagged "implausible-confirmed" (the
+    bound was off). Not confirmed (it skipped work or reused an earlier call's output): "implausible",
+    never fast (metrics.verdict). Recorded in extra["plausibility"]."""
+    from .. import metrics
+    from ..problems import get_problem
+
+    if not (res.correct and res.runtime and peak and peak.get("flops")):
+        return res
+    problem = get_problem(job.problem)
+    bound = metrics.time_bound(
+        res.flops, res.bytes, peak["flops"], peak.get("bandwidth"), peak.get("levels") or (), problem.integer
+    )
+    record = {"bound_s": bound, "seconds": res.runtime.median, "status": "plausible"}
+    if metrics.implausible(res.runtime.median, bound):
+        fresh = run_in_worker(replace(job, confirm=True), limits)
+        poisoned = (fresh.extra.get("confirm") or {}).get("seconds")
+        confirmed = bool(
+            fresh.correct
+            and fresh.runtime
+            and isinstance(poisoned, float)
+            and metrics.implausible(fresh.runtime.median, bound)
+            and metrics.implausible(poisoned, bound)
+        )
+        record.update(
+            status="implausible-confirmed" if confirmed else "implausible",
+            fresh_seconds=fresh.runtime.median if fresh.runtime else None,
+            poisoned_seconds=poisoned,
+            reason=(
+                f"{res.runtime.median * 1e6:.3g} us is below half the physical bound "
+                f"({bound * 1e6:.3g} us: bytes at the fastest bandwidth, FLOPs at the peak); "
+                + (
+                    "a fresh judge, outputs poisoned before every call, confirmed it"
+                    if confirmed
+                    else "a fresh judge with outputs poisoned before every call did not confirm it"
+                )
+            ),
+        )
+        log.warning("%s#%d on %s: %s", job.problem, job.sample, job.backend, record["reason"])
+    res.extra["plausibility"] = record
     return res
+
+
+def prepare_ort_timer(job: Job) -> None:
+    """Resolves (builds once, into the user's cache) the native ONNX Runtime timer here, in the parent,
+    and hands its path to the worker, which only loads it (it may not write outside its job directory)."""
+    from ..baselines.ort_native import resolve_library
+
+    job.ort_timer_lib, job.ort_timer_unavailable = resolve_library()
+
+
+def time_floors(
+    backend: str = "host-cpu",
+    *,
+    threads: int = 1,
+    timing: TimingConfig | None = None,
+    baselines: tuple[str, ...] = DEFAULT_BASELINES,
+    limits: Limits | None = None,
+    tracker: str | None = None,
+) -> Result:
+    """The timers' floors on a backend (baselines/floors.py), in a worker prepared as evaluate()'s:
+    res.baselines holds one Timing per floor."""
+    from ..backends.registry import get_profile
+    from ..baselines.floors import PROBLEM
+
+    profile = get_profile(backend)
+    limits = limits or Limits()
+    if profile.uses_local_gpu(tracker):
+        limits = replace(limits, address_space=False)
+    if tracker is None and profile.run == "remote":
+        from ..backends.rpc import default_tracker
+
+        tracker = default_tracker()
+    job = Job(
+        problem=PROBLEM,
+        sample=0,
+        backend=backend,
+        spec={},
+        threads=threads,
+        timing=asdict(timing or TimingConfig()),
+        baselines=list(baselines),
+        tracker=tracker,
+        timeout_s=limits.timeout_s,
+        task="floors",
+    )
+    if "onnxruntime" in baselines and profile.kind != "gpu":
+        prepare_ort_timer(job)
+    return run_in_worker(job, limits)

@@ -6,14 +6,23 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 import numpy as np
 
-from ..errors import DecisionError, MalformedCandidate, SignatureMismatch, ToolchainMissing, last_line
+from ..errors import (
+    DecisionError,
+    ForbiddenConstruct,
+    MalformedCandidate,
+    SignatureMismatch,
+    ToolchainMissing,
+    last_line,
+)
 from .executor import GraphError, KernelFault, KernelRunner
 from .job import Job
 from .result import Correctness, Result
-from .timing import TimingConfig, time_interleaved
+from .timing import MachineWatch, TimingConfig, paired_speedup, pin_thread, time_interleaved
+from .verify import verify_module, verify_target_attrs
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +139,9 @@ class Runner:
 
         calls: list = []
         self.kernels.run("main", self.args(inputs, self.tp_kernels), calls=calls)
-        timers = {f"{i}:{name}": self.loaded.kernel_timer(name, args) for i, (name, args) in enumerate(calls)}
+        timers = {
+            f"{i}:{name}": self.loaded.kernel_timer(name, args) for i, (name, args, _) in enumerate(calls)
+        }
         times = time_interleaved(timers, cfg)
         out = []
         for key, t in times.items():
@@ -141,6 +152,20 @@ class Runner:
         for k in out:
             k["share"] = k["median"] / total
         return out
+
+    def poisoned_time(self, inputs, repeats: int = 25) -> dict:
+        """Each kernel call of main timed alone, one call per measurement, with its outputs refilled with
+        the sentinel before every call (outside the timed region): a kernel that skips work when it finds
+        an earlier call's result in its output cannot profit. Returns {"seconds": the sum over the calls
+        of each call's median, "kernels": [...]}; a backend that cannot poison outputs between calls
+        (a remote or emulated device) raises NotImplementedError."""
+        calls: list = []
+        self.kernels.run("main", self.args(inputs, self.tp_kernels), calls=calls)
+        per = [self.loaded.poisoned_kernel_time(name, args, n_out, repeats) for name, args, n_out in calls]
+        return {
+            "seconds": float(sum(per)),
+            "kernels": [{"kernel": c[0], "median": t} for c, t in zip(calls, per, strict=True)],
+        }
 
 
 def check_correctness(runner: Runner, problem, oracle, trials: int, seed: int) -> Correctness:
@@ -192,13 +217,15 @@ def raise_device_failure(session, error: BaseException) -> None:
         raise failure from error
 
 
-def run_job(job: Job) -> Result:
-    """The worker's work: everything for one candidate, in this process. A failure of the device it runs
-    on (see Session.diagnose) is recorded with the device's reason: "infra" (with extra["device_lost"]
-    when another device may do), "timeout" or "crash"."""
+def run_job(job: Job, module_source: Callable[[], object] | None = None) -> Result:
+    """The judge's work: everything for one candidate, in this process. `module_source` gives the
+    candidate IRModule (in a judge worker: the builder's JSON, harness/worker.py); without it the spec is
+    materialized here (a trusted caller's own specs only: that runs the candidate's Python in this
+    process). A failure of the device it runs on (see Session.diagnose) is recorded with the device's
+    reason: "infra" (with extra["device_lost"] when another device may do), "timeout" or "crash"."""
     state: dict = {}
     try:
-        res = _run_job(job, state)
+        res = _run_job(job, state, module_source)
     except Exception as e:
         session = state.get("session")
         failure = session.diagnose(e) if session is not None and hasattr(session, "diagnose") else None
@@ -214,14 +241,14 @@ def run_job(job: Job) -> Result:
     return res
 
 
-def _run_job(job: Job, state: dict) -> Result:
+def _run_job(job: Job, state: dict, module_source=None) -> Result:
     from ..backends.gpu import DeviceUnavailable
     from ..backends.registry import get_backend
-    from ..baselines.onnxruntime import ort_timer
+    from ..baselines.onnxruntime import ort_contender
     from ..baselines.tvm_default import tvm_default_module
     from ..ir.replay import materialize
     from ..ir.spec import KernelSpec
-    from ..oracle import Oracle
+    from ..oracle import Oracle, OracleError
     from ..problems import get_problem
     from ..reference import build_reference
 
@@ -238,8 +265,13 @@ def _run_job(job: Job, state: dict) -> Result:
         flops=problem.flops,
         bytes=problem.bytes_moved,
     )
-    spec = KernelSpec.from_dict(job.spec, job.candidate or "candidate")
-    res.spec_hash, res.method = spec.hash(), spec.method
+    if module_source is None:  # the spec itself, materialized below
+        spec = KernelSpec.from_dict(job.spec, job.candidate or "candidate")
+        res.spec_hash, res.method, target_attrs = spec.hash(), spec.method, spec.decisions.target_attrs
+    else:  # a judge: the spec's data only (isolation.judge_spec); the module comes from the builder
+        spec = None
+        res.spec_hash, res.method = str(job.spec.get("spec_hash", "")), str(job.spec.get("method", ""))
+        target_attrs = job.spec.get("target_attrs") or {}
     reference = build_reference(problem)
     try:
         session = backend.session()
@@ -247,15 +279,24 @@ def _run_job(job: Job, state: dict) -> Result:
         return _done(res.failure("infra", str(e)), t_start)
     state.update(res=res, session=session, t_start=t_start)
 
-    # Trusted work first: baselines are built before any candidate text is parsed.
+    # Trusted work first, while a builder materializes the candidate: baselines and the oracle.
     baseline_built = {}
     if job.measure and backend.profile.can_time and "tvm-default" in job.baselines:
         mod = tvm_default_module(reference.module, backend.target())
         baseline_built["tvm-default"] = (mod, backend.build(mod))
+    oracle, oracle_error = None, ""
+    if backend.profile.can_check:
+        try:
+            oracle = Oracle(problem)  # the exact onnx.reference for integer arithmetic, else ONNX Runtime
+        except OracleError as e:  # the problem's model, not the candidate
+            oracle_error = str(e)
 
     try:
         schedule_traces: dict = {}
-        mod = materialize(spec, problem, reference, schedule_traces)
+        if module_source is not None:
+            mod = module_source()
+        else:
+            mod = materialize(spec, problem, reference, schedule_traces)
         if schedule_traces:  # what a model's schedule_code did, as replayable traces
             res.extra["schedule_traces"] = schedule_traces
     except MalformedCandidate as e:
@@ -268,8 +309,13 @@ def _run_job(job: Job, state: dict) -> Result:
         check_signature(mod, problem, reference)
     except SignatureMismatch as e:
         return _done(res.failure("signature", str(e)), t_start)
+    try:  # nothing of the candidate is built before its IR is verified (harness/verify.py)
+        verify_module(mod, reference.module)
+        verify_target_attrs(target_attrs)
+    except ForbiddenConstruct as e:
+        return _done(res.failure("forbidden", str(e)), t_start)
     try:
-        built = backend.build(mod, spec.decisions.target_attrs)
+        built = backend.build(mod, target_attrs)
     except ToolchainMissing as e:  # this machine's fault, not the candidate's
         return _done(res.failure("infra", str(e)), t_start)
     except Exception as e:
@@ -287,7 +333,9 @@ def _run_job(job: Job, state: dict) -> Result:
             t_start,
         )
 
-    oracle = Oracle(problem)
+    if oracle is None:
+        return _done(res.failure("infra", oracle_error), t_start)
+    res.oracle = oracle.name
     try:
         runner = Runner(mod, built, session, reference)
     except (KernelFault, GraphError) as e:
@@ -323,30 +371,66 @@ def _run_job(job: Job, state: dict) -> Result:
             from ..baselines.onnxruntime import ORTUnavailable, remote_ort_timer
 
             try:
-                contenders["onnxruntime"], version = remote_ort_timer(
+                contenders["onnxruntime"], version, how = remote_ort_timer(
                     session.connect(), problem, inputs, job.threads
                 )
-                res.extra.update(onnxruntime_on="device", onnxruntime_version=version)
+                res.extra.update(onnxruntime_on="device", onnxruntime_version=version, onnxruntime_timer=how)
             except ORTUnavailable as e:
                 if e.__cause__ is not None:  # a remote call failed: the device's fault, or ORT's
                     raise_device_failure(session, e.__cause__)
                 res.extra["not_measured"] = {"onnxruntime": str(e)}
         elif "onnxruntime" in job.baselines:
-            contenders["onnxruntime"] = ort_timer(problem, inputs, job.threads)
-            res.extra["onnxruntime_on"] = "host"
-        timings = time_interleaved(contenders, TimingConfig(**job.timing))
+            # a C loop over RunWithBinding (the library the parent built), else Python I/O binding
+            contenders["onnxruntime"], how = ort_contender(
+                problem, inputs, job.threads, job.ort_timer_lib, job.ort_timer_unavailable
+            )
+            res.extra.update(onnxruntime_on="host", onnxruntime_timer=how)
+        timings = _time_here(contenders, job, backend, res)
         res.runtime = timings.pop("candidate")
         res.baselines = timings
-        res.speedups = {
-            n: t.median / res.runtime.median for n, t in timings.items() if res.runtime.median > 0
-        }
+        for n, t in timings.items():
+            if res.runtime.median > 0:
+                s, lo, hi = paired_speedup(t, res.runtime)
+                res.speedups[n], res.speedup_ci[n] = s, [lo, hi]
         res.timing_status = "measured"
+        if "onnxruntime" in res.baselines and res.extra.get("onnxruntime_on") != "device":
+            res.extra["onnxruntime_output"] = _ort_output(problem, oracle, inputs, job.threads)
+        if job.confirm:  # a fresh judge of an implausibly fast result (harness/api.py check_plausible)
+            try:
+                res.extra["confirm"] = runner.poisoned_time(inputs)
+            except NotImplementedError as e:
+                res.extra["confirm"] = {"seconds": None, "why": str(e)}
         if job.profile:
             profile_cfg = TimingConfig(**{**job.timing, "rounds": max(3, job.timing["rounds"] // 3)})
             res.extra["kernels"] = runner.profile(inputs, profile_cfg)
             for name, runner_b in baseline_runners.items():
                 res.extra[f"kernels:{name}"] = runner_b.profile(inputs, profile_cfg)
     return _done(res, t_start)
+
+
+def _time_here(contenders: dict, job: Job, backend, res: Result) -> dict:
+    """The timing protocol; on this machine (a local backend) with one thread, the timing thread is pinned
+    to its CPU first, and what else the machine did meanwhile is recorded in extra["timing_env"]."""
+    cfg = TimingConfig(**job.timing)
+    if backend.profile.run != "local":  # timed on a device: this machine's load is not its load
+        return time_interleaved(contenders, cfg)
+    pinned = pin_thread() if job.threads == 1 else None
+    with MachineWatch() as watch:
+        timings = time_interleaved(contenders, cfg)
+    res.extra["timing_env"] = {**watch.summary(), "pinned_cpu": pinned}
+    return timings
+
+
+def _ort_output(problem, oracle, inputs: dict, threads: int) -> dict:
+    """Whether the ONNX Runtime baseline's own output matches the oracle on the timing inputs (its
+    8-bit integer GEMM is inexact on some CPUs): its timing then is that of a wrong result."""
+    from ..oracle import ort_output_check
+
+    try:
+        return ort_output_check(problem, oracle, inputs, threads)
+    except Exception as e:  # the timing stands; the check could not be made
+        log.warning("%s: ONNX Runtime's output not checked: %s", problem.id, last_line(e))
+        return {"matches_oracle": None, "oracle": oracle.name, "error": last_line(e)}
 
 
 def _done(res: Result, t_start: float) -> Result:

@@ -130,7 +130,8 @@ class KernelRunner:
 
     def run(self, fname: str, args: list, variant: int = 0, calls: list | None = None) -> list:
         """Runs function `fname`; returns its result as a flat list of device tensors.
-        With `calls`, appends (kernel name, arguments) of every kernel call, for profiling."""
+        With `calls`, appends (kernel name, arguments, number of outputs: the last arguments) of every
+        kernel call, for profiling."""
         import tvm
 
         func = self.module[fname]
@@ -151,7 +152,7 @@ class KernelRunner:
                     raise GraphError(f"kernel {st.func} is missing from the build") from e
                 kernel(*ins, *outs)
                 if calls is not None:
-                    calls.append((st.func, [*ins, *outs]))
+                    calls.append((st.func, [*ins, *outs], len(outs)))
                 if before is not None:
                     for i, (t, b) in enumerate(zip(ins, before, strict=True)):
                         if not np.array_equal(t.numpy(), b, equal_nan=True):

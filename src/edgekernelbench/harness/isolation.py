@@ -12,16 +12,18 @@ from __future__ import annotations
 import contextlib
 import os
 import resource
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .job import Job
 from .result import Result
+from .sandbox import Isolation
 
 # Only these variables reach a worker; everything else (API keys, tokens, credentials) stays behind.
 ENV_ALLOW = (
@@ -110,36 +112,6 @@ def _tree_rss(pid: int) -> int:
     return total
 
 
-def _wait(proc: subprocess.Popen, limits: Limits) -> tuple[bytes, bool, bool]:
-    """Waits for the worker: (its output, timed out, killed past the resident-memory limit)."""
-    if limits.address_space:
-        try:
-            out, _ = proc.communicate(timeout=limits.timeout_s)
-            return out, False, False
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            return proc.communicate()[0], True, False
-    import threading
-
-    chunks: list[bytes] = []
-    reader = threading.Thread(target=lambda: chunks.append(proc.stdout.read()), daemon=True)
-    reader.start()
-    deadline, limit = time.monotonic() + limits.timeout_s, limits.memory_mb * 2**20
-    timed_out = over = False
-    while proc.poll() is None:
-        if time.monotonic() > deadline:
-            timed_out = True
-        elif _tree_rss(proc.pid) > limit:
-            over = True
-        if timed_out or over:
-            _kill_group(proc)
-            break
-        time.sleep(RSS_POLL_S)
-    proc.wait()
-    reader.join()
-    return b"".join(chunks), timed_out, over
-
-
 def prepare_fork():
     """libc's prctl, looked up in the parent: the child (between fork and exec, possibly forked while
     other threads of the parent start workers too) must not dlopen anything."""
@@ -168,47 +140,282 @@ def _die_with_parent(parent: int) -> None:
             os._exit(137)
 
 
-def run_in_worker(job: Job, limits: Limits = Limits()) -> Result:
-    t0 = time.perf_counter()
-    prepare_fork()  # before the fork (see there)
-    with tempfile.TemporaryDirectory(prefix="ekb-worker-") as tmp:
-        job_path, out_path = Path(tmp, "job.json"), Path(tmp, "result.json")
-        job_path.write_text(job.to_json())
-        cmd = [sys.executable, "-m", "edgekernelbench.harness.worker", str(job_path), str(out_path)]
+MAX_RESULT_BYTES = 64 * 2**20  # a worker's result or module file larger than this is not read
+
+
+@dataclass
+class Worker:
+    """One sandboxed worker process and where it keeps its files."""
+
+    proc: subprocess.Popen
+    dir: Path
+    log: Path
+    isolation: Isolation
+    deadline: float
+
+
+def _readable(job: Job) -> list[str]:
+    """Files a worker must read beyond Python and the system: the native ONNX Runtime timer, the user's
+    problem suite and backend profile files (never the run directory)."""
+    from ..backends.profiles import user_profile_files
+    from ..problems.user import user_suite_dir
+
+    paths = [job.ort_timer_lib or "", str(user_suite_dir()), *(str(f) for f in user_profile_files())]
+    return [p for p in paths if p]
+
+
+def _start(job: Job, job_dir: Path, limits: Limits, *, stdin=subprocess.DEVNULL) -> Worker:
+    """Starts `python -m edgekernelbench.harness.worker` on `job` in its own sandbox (harness/sandbox.py):
+    job_dir is the only place it can write; its output goes to a log file beside job_dir (not in it)."""
+    from ..backends.registry import get_profile
+    from .sandbox import plan
+
+    job_dir.mkdir(mode=0o700)
+    profile = get_profile(job.backend, job.threads) if job.task != "build" else None
+    remote = bool(profile and (job.tracker or profile.run == "remote"))
+    gpu = bool(profile and profile.uses_local_gpu(job.tracker))
+    prefix, iso = plan(str(job_dir), network=remote, extra_read=_readable(job), gpu=gpu)
+    job.sandbox = {"read": iso.read, "write": iso.write, "landlock_abi": iso.landlock_abi}
+    job_path, out_path = job_dir / "job.json", job_dir / "result.json"
+    job_path.write_text(job.to_json())
+    log = job_dir.parent / f"{job_dir.name}.log"
+    with open(log, "wb") as out:
         proc = subprocess.Popen(
-            cmd,
-            env=worker_env(job.threads, tmp),
-            cwd=tmp,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
+            [*prefix, sys.executable, "-m", "edgekernelbench.harness.worker", str(job_path), str(out_path)],
+            env=worker_env(job.threads, str(job_dir)),
+            cwd=job_dir,
+            stdin=stdin,
+            stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
             preexec_fn=_limit(limits.memory_mb, limits.address_space),
         )
-        out, timed_out, over_memory = _wait(proc, limits)
-        _kill_group(proc)  # anything the worker left behind
-        text = (out or b"").decode(errors="replace")
-        if out_path.exists() and not timed_out:
-            import json
+    return Worker(proc, job_dir, log, iso, time.monotonic() + limits.timeout_s)
 
-            res = Result.from_dict(json.loads(out_path.read_text()))
+
+def _wait(w: Worker, limits: Limits) -> tuple[bool, bool]:
+    """Waits for the worker until its deadline: (timed out, killed past the resident-memory limit). Whatever
+    it left behind is killed (its process group; its PID namespace dies with it)."""
+    timed_out = over = False
+    if limits.address_space:
+        try:
+            w.proc.wait(timeout=max(0.0, w.deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            timed_out = True
+    else:
+        limit = limits.memory_mb * 2**20
+        while w.proc.poll() is None:
+            timed_out = time.monotonic() > w.deadline
+            over = not timed_out and _tree_rss(w.proc.pid) > limit
+            if timed_out or over:
+                break
+            time.sleep(RSS_POLL_S)
+    _kill_group(w.proc)
+    w.proc.wait()
+    return timed_out, over
+
+
+def _read_capped(path: Path) -> str | None:
+    if not path.is_file() or path.stat().st_size > MAX_RESULT_BYTES:
+        return None
+    return path.read_text(errors="replace")
+
+
+def _died(w: Worker, job: Job, limits: Limits, timed_out: bool, over: bool, who: str) -> Result:
+    """The failure of a worker that left no readable result."""
+    text = _read_capped(w.log) or ""
+    res = Result(job.problem, job.sample, job.backend, candidate=job.candidate)
+    if timed_out:
+        return res.failure("timeout", f"{who} ran past {limits.timeout_s:.0f} s and was killed")
+    if over:
+        return res.failure("memory", f"{who}'s resident memory passed the limit ({limits.memory_mb} MiB)")
+    if any(m in text for m in MEMORY_MARKERS):
+        return res.failure(
+            "memory", f"{who} ran out of memory (limit {limits.memory_mb} MiB): " + _tail(text)
+        )
+    code = w.proc.returncode
+    sig = -code if code and code < 0 else (code - 128 if code and code > 128 else None)
+    why = f"signal {signal.Signals(sig).name}" if sig in iter(signal.Signals) else f"exit code {code}"
+    return res.failure("crash", f"{who} died ({why}): {_tail(text)}")
+
+
+def _judge_result(w: Worker, job: Job, limits: Limits, timed_out: bool, over: bool) -> Result:
+    text = None if timed_out else _read_capped(w.dir / "result.json")
+    if text is None:
+        return _died(w, job, limits, timed_out, over, "worker")
+    import json
+
+    try:
+        res = Result.from_dict(json.loads(text))
+    except (ValueError, TypeError, KeyError) as e:
+        return Result(job.problem, job.sample, job.backend, candidate=job.candidate).failure(
+            "infra", f"the judge's result does not parse: {type(e).__name__}: {e}"
+        )
+    return check_result(res, job)
+
+
+def run_in_worker(job: Job, limits: Limits = Limits()) -> Result:
+    """Judges one job. A candidate goes through two sandboxed processes: the builder (everything the
+    candidate controls as Python: harness/builder.py) and the judge (loads the builder's IRModule JSON as
+    data, verifies, builds, checks against the oracle, times). A job without a candidate (task "floors")
+    runs in one sandboxed worker."""
+    t0 = time.perf_counter()
+    prepare_fork()  # before the fork (see there)
+    with tempfile.TemporaryDirectory(prefix="ekb-job-") as tmp:
+        if job.task == "evaluate":
+            res = _build_and_judge(job, limits, Path(tmp))
         else:
-            res = Result(job.problem, job.sample, job.backend, candidate=job.candidate)
-            if timed_out:
-                res.failure("timeout", f"worker ran past {limits.timeout_s:.0f} s and was killed")
-            elif over_memory:
-                res.failure("memory", f"worker's resident memory passed the limit ({limits.memory_mb} MiB)")
-            elif any(m in text for m in MEMORY_MARKERS):
-                res.failure(
-                    "memory", f"worker ran out of memory (limit {limits.memory_mb} MiB): " + _tail(text)
-                )
-            else:
-                sig = -proc.returncode if proc.returncode and proc.returncode < 0 else None
-                why = f"signal {signal.Signals(sig).name}" if sig else f"exit code {proc.returncode}"
-                res.failure("crash", f"worker died ({why}): {_tail(text)}")
+            w = _start(replace(job), Path(tmp, "worker"), limits)
+            res = _judge_result(w, job, limits, *_wait(w, limits))
+            res.extra["isolation"] = w.isolation.describe()
     if res.reason in ("runtime_error", "compile_error") and any(m in res.detail for m in MEMORY_MARKERS):
         res.reason = "memory"
     res.eval_seconds = time.perf_counter() - t0
+    return res
+
+
+def _build_and_judge(job: Job, limits: Limits, tmp: Path) -> Result:
+    """The judge starts first and does its trusted work (reference, baselines, oracle) while the builder
+    materializes the candidate; the judge then gets the builder's module file (copied into its own
+    directory by this process) through its stdin, and nothing else from the builder."""
+    from .builder import MODULE_FILE
+
+    judge_job = replace(job, spec=judge_spec(job.spec), handoff=True)
+    judge = _start(judge_job, tmp / "judge", limits, stdin=subprocess.PIPE)
+    builder_job = Job(
+        problem=job.problem,
+        sample=job.sample,
+        backend=job.backend,
+        spec=job.spec,
+        candidate=job.candidate,
+        threads=job.threads,
+        timeout_s=job.timeout_s,
+        task="build",
+    )
+    builder = _start(builder_job, tmp / "build", limits)
+    isolation = {"builder": builder.isolation.describe(), "judge": judge.isolation.describe()}
+    failure = _builder_failure(builder, job, limits, *_wait(builder, limits))
+    module = builder.dir / MODULE_FILE
+    if failure is None and (not module.is_file() or module.stat().st_size > MAX_RESULT_BYTES):
+        failure = Result(job.problem, job.sample, job.backend, candidate=job.candidate).failure(
+            "parse_error", "the builder wrote no module (or one larger than the limit)"
+        )
+    if failure is None:
+        shutil.copyfile(module, judge.dir / MODULE_FILE)
+        with contextlib.suppress(BrokenPipeError, OSError):  # a judge that stopped early says why itself
+            judge.proc.stdin.write((MODULE_FILE + "\n").encode())
+            judge.proc.stdin.close()
+        res = _judge_result(judge, job, limits, *_wait(judge, limits))
+        traces = _builder_status(builder).get("schedule_traces")
+        if traces and isinstance(traces, dict):  # what a model's schedule_code did, as replayable traces
+            res.extra["schedule_traces"] = traces
+    else:
+        _kill_group(judge.proc)
+        judge.proc.wait()
+        res = failure
+        _fill_from_spec(res, job)
+    res.extra["isolation"] = isolation
+    return res
+
+
+def _builder_status(w: Worker) -> dict:
+    import json
+
+    from .builder import STATUS_FILE
+
+    text = _read_capped(w.dir / STATUS_FILE)
+    try:
+        status = json.loads(text) if text else {}
+    except ValueError:
+        status = {}
+    return status if isinstance(status, dict) else {}
+
+
+BUILDER_REASONS = ("parse_error", "decision_error", "signature")
+
+
+def _builder_failure(w: Worker, job: Job, limits: Limits, timed_out: bool, over: bool) -> Result | None:
+    """None when the builder says it made a module; else the candidate's failure (the builder's reason,
+    limited to the reasons a builder can give, or how it died)."""
+    status = {} if timed_out else _builder_status(w)
+    if status.get("ok") is True:
+        return None
+    if not status:
+        return _died(w, job, limits, timed_out, over, "builder")
+    reason = status.get("reason") if status.get("reason") in BUILDER_REASONS else "parse_error"
+    detail = status.get("detail")
+    return Result(job.problem, job.sample, job.backend, candidate=job.candidate).failure(
+        reason, detail if isinstance(detail, str) else "the builder failed"
+    )
+
+
+def judge_spec(spec: dict) -> dict:
+    """What the judge gets of a spec: no module text, no schedule code, no traces (the builder's job),
+    only the data it needs: the spec's identity (hash), who made it, and its target attributes."""
+    from ..errors import MalformedCandidate
+    from ..ir.spec import KernelSpec
+
+    try:
+        full = KernelSpec.from_dict(spec)
+    except MalformedCandidate:  # the builder reports it as the candidate's parse error
+        return {"problem": spec.get("problem"), "spec_hash": "", "method": "", "target_attrs": {}}
+    return {
+        "problem": full.problem,
+        "spec_hash": full.hash(),
+        "method": full.method,
+        "target_attrs": dict(full.decisions.target_attrs),
+    }
+
+
+def _fill_from_spec(res: Result, job: Job) -> None:
+    """A builder failure: the record's spec hash and method, read from the spec as data."""
+    from ..ir.spec import KernelSpec
+    from ..problems import get_problem
+
+    with contextlib.suppress(Exception):
+        spec = KernelSpec.from_dict(job.spec)
+        res.spec_hash, res.method = spec.hash(), spec.method
+    with contextlib.suppress(Exception):
+        problem = get_problem(job.problem)
+        res.flops, res.bytes = problem.flops, problem.bytes_moved
+
+
+def check_result(res: Result, job: Job) -> Result:
+    """The parent's check of what a judge returned: it is about this job, its reason is a known one, its
+    timings are finite and positive, and its speedups follow from its own timing rounds (recomputed here
+    from the rounds the judge reported; a mismatch means the judge's result was tampered with)."""
+    import math
+
+    from .result import FAIL_REASONS
+    from .timing import paired_speedup
+
+    def bad(why: str, reason: str = "infra") -> Result:
+        out = Result(job.problem, job.sample, job.backend, candidate=job.candidate)
+        return out.failure(reason, f"the judge's result was rejected: {why}")
+
+    if (res.problem, res.sample, res.backend) != (job.problem, job.sample, job.backend):
+        return bad(f"it is about {res.problem}#{res.sample} on {res.backend}")
+    if res.reason is not None and res.reason not in FAIL_REASONS:
+        return bad(f"unknown failure reason {res.reason!r}")
+    if res.correct and res.reason is not None:
+        return bad("correct with a failure reason")
+    timings = ([res.runtime] if res.runtime else []) + list(res.baselines.values())
+    for t in timings:
+        if not all(
+            isinstance(x, (int, float)) and math.isfinite(x) and x > 0 for x in [t.median, *t.samples]
+        ):
+            return bad("a timing that is not a finite positive number", "forbidden")
+    if res.runtime is not None:
+        for name, t in res.baselines.items():
+            s, lo, hi = paired_speedup(t, res.runtime)
+            got = res.speedups.get(name)
+            if got is None or not math.isclose(got, s, rel_tol=1e-9):
+                return bad(
+                    f"its speedup vs {name} ({got}) does not follow from its timings ({s:.6g})", "forbidden"
+                )
+            res.speedups[name], res.speedup_ci[name] = s, [lo, hi]
+        if set(res.speedups) - set(res.baselines):
+            return bad("a speedup against a baseline it did not time", "forbidden")
     return res
 
 

@@ -26,6 +26,16 @@ class Job:
     profile: bool = False  # also time each kernel call of main (candidate and tvm-default)
     tracker: str | None = None  # TVM RPC tracker HOST:PORT: run on a device under the profile's rpc_key
     timeout_s: float = 300.0  # the worker's wall-clock limit; a remote session gets the same
+    # the native ONNX Runtime timer library, built by the parent (baselines/ort_native.py): the worker only
+    # loads it; None: ONNX Runtime is timed from Python (I/O binding), and ort_timer_unavailable says why
+    ort_timer_lib: str | None = None
+    ort_timer_unavailable: str = ""
+    # "evaluate" (judge the candidate) | "build" (the builder: materialize it, harness/builder.py) |
+    # "floors" (baselines/floors.py; no candidate)
+    task: str = "evaluate"
+    handoff: bool = False  # the judge gets the candidate module as JSON from the parent, via its stdin
+    sandbox: dict | None = None  # Landlock paths the worker applies to itself (harness/sandbox.py)
+    confirm: bool = False  # a fresh judge of an implausibly fast result: also time with poisoned outputs
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

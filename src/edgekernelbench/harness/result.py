@@ -11,6 +11,7 @@ FAIL_REASONS = (
     "decision_error",  # a recorded decision did not apply to the reference
     "compile_error",  # TVM could not build the module
     "signature",  # wrong parameters, shapes, dtypes or number of outputs
+    "forbidden",  # the IR uses a construct the judge does not build (harness/verify.py): not run
     "wrong_output",  # ran, but the output differs from the oracle
     "nan_output",  # left the sentinel (NaN) in some output element: wrote nothing / part
     "input_mutated",  # wrote into one of its inputs
@@ -33,6 +34,7 @@ class Timing:
     max: float
     count: int  # number of rounds
     number: int  # calls per round
+    samples: list[float] = field(default_factory=list)  # seconds per call in each round, in round order
 
     @property
     def spread(self) -> float:
@@ -63,6 +65,9 @@ class Result:
     runtime: Timing | None = None
     baselines: dict[str, Timing] = field(default_factory=dict)
     speedups: dict[str, float] = field(default_factory=dict)  # baseline time / candidate time
+    # per baseline [low, high]: the 95% confidence interval of the speedup (median of the paired per-round
+    # ratios, harness/timing.py); a speedup counts as fast at p only when low > p (metrics.verdict)
+    speedup_ci: dict[str, list[float]] = field(default_factory=dict)
     timing_status: str = "not measured"  # measured | not measured | compile-only | skipped: <why>
     flops: int = 0
     bytes: int = 0
@@ -71,6 +76,9 @@ class Result:
     candidate: str = ""  # file the candidate came from
     spec_hash: str = ""
     method: str = ""  # who made the candidate (free text from the spec)
+    # the oracle that judged correctness: "onnxruntime" or "onnx-reference" (exact, for integer
+    # arithmetic; edgekernelbench.oracle); "" when no output was checked, or in stores from before it
+    oracle: str = ""
     extra: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:

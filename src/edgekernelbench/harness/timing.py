@@ -1,15 +1,25 @@
 """One timing protocol for everything that is compared.
 
-Each contender exposes run(number) -> seconds per call over `number` back-to-back calls.
+Each contender exposes run(number) -> seconds per call over `number` back-to-back calls (a C loop:
+TVM's time_evaluator, the native ONNX Runtime timer).
 1. warm-up: each contender runs until `warmup_ms` has passed;
 2. calibration: `number` per contender so that one round lasts at least `min_repeat_ms`;
 3. `rounds` rounds, interleaved: in every round each contender runs once, in a rotating order;
-4. per contender: median of the rounds, interquartile range, min, max.
-The candidate and its baselines are measured by the same process in the same run.
+4. per contender: median of the rounds, interquartile range, min, max, and every round's figure;
+5. per pair (candidate, baseline): the speedup is the median of the per-round ratios, with a
+   distribution-free 95% confidence interval (`paired_speedup`); metrics.verdict calls it fast at p
+   only when the whole interval lies above p.
+The candidate and its baselines are measured by the same process in the same run. A local worker
+timing on one thread pins that thread to the CPU it runs on (`pin_thread`: no migration between
+rounds), and `MachineWatch` records what else the machine did meanwhile (the other CPUs' busy share,
+this process's involuntary context switches), so a result says whether it was timed on a quiet machine.
 """
 
 from __future__ import annotations
 
+import contextlib
+import math
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,8 +32,8 @@ from .result import Timing
 @dataclass(frozen=True)
 class TimingConfig:
     warmup_ms: float = 50.0
-    min_repeat_ms: float = 20.0
-    rounds: int = 15
+    min_repeat_ms: float = 10.0
+    rounds: int = 25
 
     @classmethod
     def quick(cls) -> TimingConfig:
@@ -76,5 +86,136 @@ def time_interleaved(contenders: dict[str, Callable[[int], float]], cfg: TimingC
             max=float(s.max()),
             count=len(s),
             number=numbers[n],
+            samples=[float(x) for x in s],
         )
     return out
+
+
+CONFIDENCE = 0.95
+
+
+def median_ci(values, confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """A distribution-free confidence interval for the median of `values`: the order statistics
+    x_(k) and x_(n+1-k) (1-based) with the largest k such that 2 * P(Binomial(n, 1/2) < k) <= 1 - confidence.
+    With fewer than 6 values no k qualifies at 95%; the interval is then (min, max), whose coverage is only
+    1 - 2^(1-n): few rounds give wide, honest intervals, so speedups near p come out as ties."""
+    xs = sorted(float(v) for v in values)
+    n = len(xs)
+    if n == 0:
+        raise ValueError("median_ci needs at least one value")
+    k, tail = 0, 0.0  # tail = P(B <= k - 1)
+    while k < n // 2:
+        nxt = tail + math.comb(n, k) / 2.0**n
+        if 2 * nxt > 1 - confidence:
+            break
+        k, tail = k + 1, nxt
+    k = max(k, 1)
+    return xs[k - 1], xs[n - k]
+
+
+def paired_speedup(baseline: Timing, candidate: Timing, confidence: float = CONFIDENCE):
+    """(speedup, low, high) of `candidate` over `baseline` from the same interleaved rounds: in round r both
+    ran within one rotation, so the ratio baseline_r / candidate_r cancels what the two shared (a slower
+    core, a busy neighbour, a frequency step); the speedup is the median of those ratios and (low, high)
+    its confidence interval (median_ci). Falls back to the ratio of the medians, with no interval
+    ((s, s, s)), when the per-round samples are missing or unequal in number (old records)."""
+    b, c = baseline.samples, candidate.samples
+    if not b or len(b) != len(c) or min(c) <= 0:
+        s = baseline.median / candidate.median if candidate.median > 0 else math.nan
+        return s, s, s
+    ratios = [x / y for x, y in zip(b, c, strict=True)]
+    lo, hi = median_ci(ratios, confidence)
+    return float(np.median(ratios)), lo, hi
+
+
+# ------------------------------------------------------------------------------------------ the machine
+DISTURBED_BUSY = 0.25  # other CPUs busy more than this share of the timing: "disturbed"
+
+
+def _other_cpus_ticks(mine: set[int]) -> tuple[int, int] | None:
+    """(busy, total) clock ticks of the CPUs not in `mine`, from /proc/stat; None where unreadable."""
+    try:
+        with open("/proc/stat") as f:
+            lines = [ln.split() for ln in f if ln.startswith("cpu") and ln[3:4].isdigit()]
+    except OSError:
+        return None
+    busy = total = 0
+    for parts in lines:
+        if int(parts[0][3:]) in mine:
+            continue
+        v = [int(x) for x in parts[1:]]
+        total += sum(v[:8])  # user nice system idle iowait irq softirq steal
+        busy += sum(v[:8]) - v[3] - v[4]
+    return busy, total
+
+
+def _involuntary_switches() -> int:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_nivcsw
+
+
+def _affinity() -> set[int]:
+    try:
+        return set(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return set()
+
+
+class MachineWatch:
+    """Records, around a timing, how busy the machine's other CPUs were (their busy ticks in /proc/stat,
+    10 ms resolution) and how often this process was preempted (involuntary context switches). The
+    result (`summary()`) goes into Result.extra["timing_env"]; "disturbed" is set when the other CPUs
+    were busy more than DISTURBED_BUSY of the time: on a 2-core VM a busy neighbour core slows some
+    kernels far more than others (measured here: 30-40 % on an L1-resident loop), which no statistic
+    over the rounds can undo. Off Linux the figures are absent (None)."""
+
+    def __enter__(self) -> MachineWatch:
+        self.cpus = _affinity()
+        self.t0, self.ticks0, self.switches0 = time.perf_counter(), _other_cpus_ticks(self.cpus), None
+        with contextlib.suppress(Exception):
+            self.switches0 = _involuntary_switches()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.seconds = time.perf_counter() - self.t0
+        ticks1 = _other_cpus_ticks(self.cpus)
+        self.busy = None
+        if self.ticks0 and ticks1 and ticks1[1] > self.ticks0[1]:
+            self.busy = (ticks1[0] - self.ticks0[0]) / (ticks1[1] - self.ticks0[1])
+        self.switches = None
+        with contextlib.suppress(Exception):
+            if self.switches0 is not None:
+                self.switches = _involuntary_switches() - self.switches0
+
+    def summary(self) -> dict:
+        return {
+            "cpus": sorted(self.cpus),
+            "other_cpus_busy": None if self.busy is None else round(self.busy, 3),
+            "preemptions": self.switches,
+            "seconds": round(self.seconds, 3),
+            "disturbed": bool(self.busy is not None and self.busy > DISTURBED_BUSY),
+        }
+
+
+def current_cpu() -> int | None:
+    """The CPU the calling thread last ran on (Linux /proc/thread-self/stat, field 39); None elsewhere."""
+    try:
+        with open("/proc/thread-self/stat") as f:
+            stat = f.read()
+        return int(stat[stat.rindex(")") + 2 :].split()[36])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def pin_thread() -> int | None:
+    """Pins the calling thread to the CPU it runs on, so the timed code is not migrated between rounds
+    (a migration starts it on cold private caches); returns the CPU, or None where it cannot."""
+    cpu = current_cpu()
+    if cpu is None or cpu not in _affinity():
+        return None
+    try:
+        os.sched_setaffinity(0, {cpu})
+    except OSError:
+        return None
+    return cpu

@@ -13,6 +13,7 @@ from onnx import numpy_helper, shape_inference
 class Cost:
     flops: int
     bytes: int  # graph inputs + weights read once + graph outputs written once
+    bytes_written: int = 0  # of which the graph outputs (the rest is read)
 
     @property
     def intensity(self) -> float:
@@ -99,12 +100,12 @@ def graph_cost(model: onnx.ModelProto) -> Cost:
     shapes = _shapes(model)
     flops = sum(node_flops(n, shapes) for n in model.graph.node)
     init_names = {i.name for i in model.graph.initializer}
-    moved = 0
-    for name in (
-        [i.name for i in model.graph.input if i.name not in init_names]
-        + list(init_names)
-        + [o.name for o in model.graph.output]
-    ):
+
+    def size(name: str) -> int:
         shape, itemsize = shapes[name]
-        moved += _numel(shape) * itemsize
-    return Cost(int(flops), int(moved))
+        return _numel(shape) * itemsize
+
+    read = sum(size(i.name) for i in model.graph.input if i.name not in init_names)
+    read += sum(size(n) for n in init_names)
+    written = sum(size(o.name) for o in model.graph.output)
+    return Cost(int(flops), int(read + written), int(written))

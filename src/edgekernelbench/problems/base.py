@@ -111,6 +111,16 @@ class Problem:
     def bytes_moved(self) -> int:
         return self.cost.bytes
 
+    @functools.cached_property
+    def integer(self) -> bool:
+        """The graph holds 8-bit integer tensors (integer-arithmetic or QDQ problems): a kernel may compute
+        on 8-bit integers, whose throughput exceeds the float FLOP/s peak (metrics.time_bound)."""
+        eight_bit = {onnx.TensorProto.INT8, onnx.TensorProto.UINT8}
+        g = self.model.graph
+        return any(t.data_type in eight_bit for t in g.initializer) or any(
+            v.type.tensor_type.elem_type in eight_bit for v in [*g.input, *g.output, *g.value_info]
+        )
+
     def summary(self) -> dict:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "graph"}
         d["inputs"] = [dataclasses.asdict(s) for s in self.inputs]

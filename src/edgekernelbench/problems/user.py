@@ -152,9 +152,9 @@ def add_model(
     try:
         from ..oracle import Oracle
 
-        Oracle(problem).run(problem.sample_inputs(1))
+        Oracle(problem).run(problem.sample_inputs(1))  # ONNX Runtime, or onnx.reference (integer ops)
     except Exception as e:
-        raise ModelError(f"{path}: ONNX Runtime cannot run it: {str(e).splitlines()[0][:300]}") from e
+        raise ModelError(f"{path}: the oracle cannot run it: {str(e).splitlines()[0][:300]}") from e
     target = (suite_dir or user_suite_dir()) / name
     target.mkdir(parents=True, exist_ok=True)
     onnx.save(model, str(target / "model.onnx"))

@@ -36,8 +36,11 @@ CSV_FIELDS = (
     "baseline",
     "p",
     "fast_at_1",
+    "ties",
     "geomean_speedup",
     "roofline_fraction",
+    "roofline_flags",  # correct samples above their roof (measurement errors), left out of the fraction
+    "baseline_inexact",  # samples whose baseline output differed from the oracle (LevelSummary)
 )
 
 _NONE = "-"
@@ -47,6 +50,21 @@ _STATUS_STYLE = {"correct": "green", "compile-only": "yellow"}
 def fmt_pct(x: float | None) -> str:
     """0.6667 -> "66.7%"; None -> "-"."""
     return _NONE if x is None else f"{100.0 * x:.1f}%"
+
+
+def fmt_fast(lv, baseline: str, p: float) -> str:
+    """Fast@p of a level against a baseline, with the samples that tie at p: "82.1% (3 ties)"."""
+    text = fmt_pct(lv.fast.get(baseline, {}).get(p))
+    n = lv.ties.get(baseline, {}).get(p, 0)
+    return f"{text} ({n} tie{'s' if n != 1 else ''})" if n else text
+
+
+def fmt_roof(lv) -> str:
+    """A level's mean roofline fraction, with the samples above their roof (left out of the mean):
+    "41.0% (2 above roof)"."""
+    text = fmt_pct(lv.roofline_fraction)
+    n = lv.roofline_flags
+    return f"{text} ({n} above roof)" if n else text
 
 
 def fmt_speedup(x: float | None) -> str:
@@ -69,7 +87,8 @@ def _check_p(summary: Summary, p: float) -> float:
 
 def render_table(summary: Summary, p_headline: float = 1.0, backend: str | None = None) -> Table:
     """The metrics table of one backend (columns: level, problems, samples, Compile@1, Correct@1,
-    Fast@p_headline and geomean speedup vs each baseline, roofline fraction when known).
+    Fast@p_headline and geomean speedup vs each baseline, roofline fraction when known, with the count
+    of samples above their roof, which the mean leaves out).
 
     `backend` defaults to the summary's only backend; with several and none named, one table holds
     them all, with a backend column and a section per backend.
@@ -77,7 +96,11 @@ def render_table(summary: Summary, p_headline: float = 1.0, backend: str | None 
     p = _check_p(summary, p_headline)
     bsums = [summary.backend(backend)] if backend is not None else list(summary.backends)
     combined = len(bsums) > 1
-    show_roof = any(lv.roofline_fraction is not None for b in bsums for lv in b.levels)
+    show_roof = any(lv.roofline_fraction is not None or lv.roofline_flags for b in bsums for lv in b.levels)
+    # baselines whose own output differed from the oracle somewhere: a count column after the geomeans
+    inexact = [
+        b for b in summary.baselines if any(lv.baseline_inexact.get(b) for bs in bsums for lv in bs.levels)
+    ]
 
     title = f"EdgeKernelBench: {bsums[0].backend}" if len(bsums) == 1 else "EdgeKernelBench"
     table = Table(title=Text(title))  # names are data, not markup
@@ -92,6 +115,8 @@ def render_table(summary: Summary, p_headline: float = 1.0, backend: str | None 
         table.add_column(f"Fast@{_p_label(p)} vs {b}", justify="right")
     for b in summary.baselines:
         table.add_column(f"geomean vs {b}", justify="right")
+    for b in inexact:
+        table.add_column(f"{b} output inexact", justify="right")
     if show_roof:
         table.add_column("roofline", justify="right")
 
@@ -105,10 +130,11 @@ def render_table(summary: Summary, p_headline: float = 1.0, backend: str | None 
                 fmt_pct(lv.compile_at_1),
                 fmt_pct(lv.correct_at_1),
             ]
-            row += [fmt_pct(lv.fast.get(b, {}).get(p)) for b in summary.baselines]
+            row += [fmt_fast(lv, b, p) for b in summary.baselines]
             row += [fmt_speedup(lv.geomean_speedup.get(b)) for b in summary.baselines]
+            row += [str(lv.baseline_inexact.get(b, 0)) for b in inexact]
             if show_roof:
-                row.append(fmt_pct(lv.roofline_fraction))
+                row.append(fmt_roof(lv))
             last = j == len(bs.levels) - 1
             table.add_row(
                 *row,
@@ -158,7 +184,7 @@ def render_backend_matrix(
                 row += [_NONE] * len(metrics)
                 continue
             row += [fmt_pct(lv.compile_at_1), fmt_pct(lv.correct_at_1)]
-            row += [fmt_pct(lv.fast.get(b, {}).get(p)) for b in bls]
+            row += [fmt_fast(lv, b, p) for b in bls]
         table.add_row(*row, style="bold" if name == "all" else None)
     return table
 
@@ -198,9 +224,12 @@ def to_csv(summary: Summary) -> str:
                 "compile_at_1": num(lv.compile_at_1),
                 "correct_at_1": num(lv.correct_at_1),
                 "roofline_fraction": num(lv.roofline_fraction),
+                "roofline_flags": lv.roofline_flags,
             }
             if not summary.baselines or not summary.ps:
-                w.writerow({**common, "baseline": "", "p": "", "fast_at_1": "", "geomean_speedup": ""})
+                w.writerow(
+                    {**common, "baseline": "", "p": "", "fast_at_1": "", "ties": "", "geomean_speedup": ""}
+                )
                 continue
             for b in summary.baselines:
                 for p in summary.ps:
@@ -210,16 +239,26 @@ def to_csv(summary: Summary) -> str:
                             "baseline": b,
                             "p": p,
                             "fast_at_1": num(lv.fast.get(b, {}).get(p)),
+                            "ties": num(lv.ties.get(b, {}).get(p)),
                             "geomean_speedup": num(lv.geomean_speedup.get(b)),
+                            "baseline_inexact": lv.baseline_inexact.get(b, 0),
                         }
                     )
     return buf.getvalue()
 
 
+def _speedup_cell(row: dict, baseline: str) -> str:
+    """ "1.23x"; "1.02x ~" when the speedup's confidence interval contains 1 (a tie at p = 1)."""
+    text = fmt_speedup(row["speedups"].get(baseline))
+    ci = row.get("speedup_ci", {}).get(baseline)
+    return f"{text} ~" if ci and ci[0] <= 1.0 <= ci[1] else text
+
+
 def render_problem_table(
     results: Iterable[Result], baselines: Sequence[str] | None = None, title: str = "Samples"
 ) -> Table:
-    """A detail table: one row per sample (problem, backend, sample, status, runtime, speedups)."""
+    """A detail table: one row per sample (problem, backend, sample, status, runtime, speedups; "~" marks
+    a speedup whose confidence interval contains 1: a tie)."""
     rows = per_problem_rows(results, baselines)
     bls = list(baselines) if baselines is not None else sorted({b for r in rows for b in r["speedups"]})
     table = Table(title=title)
@@ -242,7 +281,14 @@ def render_problem_table(
             str(r["sample"]),
             Text(r["status"], style=_STATUS_STYLE.get(r["status"], "red")),
             _NONE if r["runtime_us"] is None else f"{r['runtime_us']:.1f}",
-            *[fmt_speedup(r["speedups"].get(b)) for b in bls],
-            Text(r["detail"]),
+            *[_speedup_cell(r, b) for b in bls],
+            Text(_detail_cell(r)),
         )
     return table
+
+
+def _detail_cell(row: dict) -> str:
+    """The row's detail, and which baselines' own output differed from the oracle (their speedup is
+    against an inexact result)."""
+    notes = [f"{b} output != oracle ({row.get('oracle') or '?'})" for b in row.get("inexact_baselines", [])]
+    return "; ".join(filter(None, [row["detail"], *notes]))

@@ -2,7 +2,8 @@
 
 All rates are k = 1 estimates (see `edgekernelbench.metrics`): each problem counts once,
 with the fraction of its samples that compiled / are correct / are fast. Geometric-mean
-speedups and roofline fractions are taken over the correct samples (sample-weighted).
+speedups and roofline fractions are taken over the correct samples (sample-weighted); a roofline
+fraction above 1 (a measurement error) is counted in `roofline_flags`, not averaged in.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ __all__ = [
     "BackendSummary",
     "LevelSummary",
     "Summary",
+    "above_roof_lines",
+    "baseline_output_inexact",
     "level_label",
     "per_problem_rows",
     "sample_status",
@@ -45,13 +48,21 @@ class LevelSummary:
     compile_at_1: float | None
     correct_at_1: float | None
     fast: dict[str, dict[float, float | None]] = field(default_factory=dict)  # baseline -> p -> Fast@p
+    # baseline -> p -> samples whose speedup interval contains p (neither fast nor slow; metrics.verdict)
+    ties: dict[str, dict[float, int]] = field(default_factory=dict)
     geomean_speedup: dict[str, float | None] = field(default_factory=dict)  # baseline -> geomean
-    roofline_fraction: float | None = None  # mean over correct samples that carry one
+    roofline_fraction: float | None = None  # mean over correct samples that carry one, not above their roof
+    roofline_flags: int = 0  # correct samples above their roof: measurement errors, left out of the mean
     not_checked: int = 0  # samples that compiled on a backend with no device to check them on
+    disturbed: int = 0  # timed samples whose timing ran while the machine's other CPUs were busy
+    # baseline -> samples timed against it whose baseline output differed from the oracle (ONNX Runtime's
+    # 8-bit integer GEMM on a CPU without VNNI): those speedups are against an inexact result
+    baseline_inexact: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
         d["fast"] = {b: {_pkey(p): v for p, v in ps.items()} for b, ps in self.fast.items()}
+        d["ties"] = {b: {_pkey(p): v for p, v in ps.items()} for b, ps in self.ties.items()}
         return d
 
 
@@ -123,10 +134,23 @@ def _level_summary(name: str, results: list[Result], baselines: Sequence[str], p
             b: {float(p): metrics.fast_at_k(results, p, b, 1).value if known(b) else None for p in ps}
             for b in baselines
         },
+        ties={b: {float(p): metrics.ties(results, p, b) for p in ps} for b in baselines if known(b)},
         geomean_speedup={b: metrics.geomean_speedup(results, b) for b in baselines},
         roofline_fraction=metrics.mean_roofline_fraction(results),
+        roofline_flags=metrics.roofline_flags(results),
         not_checked=not_checked,
+        disturbed=sum(1 for r in results if timing_disturbed(r)),
+        baseline_inexact={
+            b: n for b in baselines if (n := sum(1 for r in results if baseline_output_inexact(r, b)))
+        },
     )
+
+
+def baseline_output_inexact(r: Result, baseline: str) -> bool:
+    """True when `r` was timed against `baseline` and the baseline's own output, checked by the judge
+    (extra["<baseline>_output"], harness/evaluate.py), did not match the oracle."""
+    check = r.extra.get(f"{baseline}_output")
+    return baseline in r.speedups and isinstance(check, dict) and check.get("matches_oracle") is False
 
 
 def summarize(
@@ -155,6 +179,24 @@ def summarize(
         levels.append(_level_summary(ALL, rs, baselines, ps))
         out.append(BackendSummary(backend, levels))
     return Summary(baselines, ps, out)
+
+
+def above_roof_lines(results: Iterable[Result]) -> list[str]:
+    """One line per correct sample above its roof (a measurement error, left out of the mean roofline
+    fraction), sorted: which sample, and the record's reason (which roof, by how much, likely cause)."""
+    lines = []
+    for r in sorted(results, key=lambda r: (r.backend, r.problem, r.sample)):
+        roof = r.extra.get("roofline")
+        if r.correct and metrics.above_roof(roof):
+            why = roof.get("reason") or f"fraction {roof['fraction']:.3g} (recorded before roofs had flags)"
+            lines.append(f"above roof: {r.problem} sample {r.sample} on {r.backend}: {why}")
+    return lines
+
+
+def timing_disturbed(r: Result) -> bool:
+    """The sample was timed while the machine's other CPUs were busy (harness/timing.py MachineWatch):
+    its speedups may not reproduce on a quiet machine."""
+    return bool(r.runtime is not None and (r.extra.get("timing_env") or {}).get("disturbed"))
 
 
 def sample_status(r: Result) -> str:
@@ -187,7 +229,9 @@ def per_problem_rows(results: Iterable[Result], baselines: Sequence[str] | None 
     """One row per sample, sorted by (backend, problem, sample), for a detail table.
 
     Keys: problem, backend, sample, status, detail (one short line), runtime_us (median, or None),
-    speedups {baseline: float | None} for `baselines` (default: every baseline any result has).
+    speedups {baseline: float | None} for `baselines` (default: every baseline any result has),
+    oracle (what judged it), inexact_baselines (those of `baselines` whose own output differed from the
+    oracle's: `baseline_output_inexact`).
     """
     results = list(results)
     if baselines is None:
@@ -207,6 +251,9 @@ def per_problem_rows(results: Iterable[Result], baselines: Sequence[str] | None 
                 else _short(r.detail),
                 "runtime_us": r.runtime.median * 1e6 if r.runtime is not None else None,
                 "speedups": {b: r.speedups.get(b) for b in baselines},
+                "speedup_ci": {b: r.speedup_ci.get(b) for b in baselines if b in r.speedup_ci},
+                "oracle": r.oracle,
+                "inexact_baselines": [b for b in baselines if baseline_output_inexact(r, b)],
             }
         )
     return rows

@@ -1,0 +1,78 @@
+"""A kernel faster than the machine allows: flagged, judged again with poisoned outputs, never fast.
+
+The attack: a matmul that computes one output element first and, when the output buffer already holds
+that value (the previous timed call left it there), skips the rest. Every correctness trial starts from
+a sentinel-filled output, so it computes and is correct; the timing loop calls it back to back on the
+same inputs, so it skips nearly all its work there."""
+
+from __future__ import annotations
+
+from edgekernelbench import metrics
+from edgekernelbench.harness.api import evaluate
+from edgekernelbench.harness.isolation import Limits
+from edgekernelbench.harness.timing import TimingConfig
+from edgekernelbench.ir.spec import KernelSpec
+
+PROBLEM = "L1/tiny_matmul_128"
+SIG = (
+    'x: T.Buffer((T.int64(128), T.int64(128)), "float32"), w1: T.Buffer((T.int64(128), T.int64(128)), '
+    '"float32"), matmul: T.Buffer((T.int64(128), T.int64(128)), "float32")'
+)
+HONEST = """
+for i, j in T.grid(128, 128):
+    matmul[i, j] = T.float32(0)
+    for k in range(128):
+        matmul[i, j] = matmul[i, j] + x[i, k] * w1[k, j]
+"""
+CACHING = """
+probe = T.decl_buffer((1,), "float32")
+probe[0] = T.float32(0)
+for k in range(128):
+    probe[0] = probe[0] + x[0, k] * w1[k, 0]
+if not T.isnan(matmul[0, 0]) and matmul[0, 0] == probe[0]:  # (TVM's float == is unordered: NaN first)
+    T.evaluate(0)
+else:
+    for i, j in T.grid(128, 128):
+        matmul[i, j] = T.float32(0)
+        for k in range(128):
+            matmul[i, j] = matmul[i, j] + x[i, k] * w1[k, j]
+"""
+# a machine that does 100 GFLOP/s and moves 100 GB/s: the 4.2 MFLOP matmul takes at least 42 us
+PEAK = {"flops": 1e11, "bandwidth": 1e11, "levels": []}
+
+
+def module(body: str) -> str:
+    lines = "\n".join("        " + ln for ln in body.strip().splitlines())
+    return f"@I.ir_module\nclass Module:\n    @T.prim_func(private=True)\n    def matmul({SIG}):\n{lines}\n"
+
+
+def judge(body: str):
+    spec = KernelSpec(problem=PROBLEM, module=module(body), method="attack")
+    return evaluate(
+        PROBLEM,
+        spec,
+        trials=3,
+        timing=TimingConfig(warmup_ms=5, min_repeat_ms=2, rounds=5),
+        baselines=("tvm-default",),
+        limits=Limits(timeout_s=300, memory_mb=4096),
+        peak=PEAK,
+    )
+
+
+def test_a_kernel_that_reuses_its_last_output_is_implausible_and_never_fast():
+    r = judge(CACHING)
+    assert r.correct, r.detail  # every correctness trial computed
+    plaus = r.extra["plausibility"]
+    assert plaus["bound_s"] == 4194304 / 1e11
+    assert plaus["seconds"] < 0.5 * plaus["bound_s"], plaus  # it did skip its work while timed
+    # the fresh judge, outputs poisoned before every call, sees the full matmul
+    assert plaus["status"] == "implausible" and plaus["poisoned_seconds"] >= 0.5 * plaus["bound_s"], plaus
+    assert metrics.verdict(r, 1.0, "tvm-default") == "implausible"
+    assert not metrics.is_fast(r, 0.0, "tvm-default")
+
+
+def test_an_honest_kernel_is_plausible():
+    r = judge(HONEST)
+    assert r.correct, r.detail
+    assert r.extra["plausibility"]["status"] == "plausible", r.extra["plausibility"]
+    assert metrics.verdict(r, 0.0, "tvm-default") in ("fast", "tie", "slow")
