@@ -76,3 +76,16 @@ def test_an_honest_kernel_is_plausible():
     assert r.correct, r.detail
     assert r.extra["plausibility"]["status"] == "plausible", r.extra["plausibility"]
     assert metrics.verdict(r, 0.0, "tvm-default") in ("fast", "tie", "slow")
+
+
+def test_an_out_of_bounds_kernel_runs_outside_the_judge():
+    """TIR has no bounds checks: a kernel may write past its buffers. It runs in its own process (the
+    runner), so the fault kills that process, not the judge, which records it."""
+    oob = """
+for i, j in T.grid(128, 128):
+    matmul[i * 100000 + 400000000, j] = x[i, j]
+"""
+    spec = KernelSpec(problem=PROBLEM, module=module(oob), method="attack")
+    r = evaluate(PROBLEM, spec, trials=1, measure=False, limits=Limits(timeout_s=120, memory_mb=4096))
+    assert r.reason == "crash" and "candidate's process died" in r.detail, (r.reason, r.detail)
+    assert r.extra.get("runner") == "separate process" and r.compiled  # the judge lived to say so

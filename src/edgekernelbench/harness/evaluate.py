@@ -21,6 +21,7 @@ from ..errors import (
 from .executor import GraphError, KernelFault, KernelRunner
 from .job import Job
 from .result import Correctness, Result
+from .runner import CandidateBuildError, RunnerDied, fork_runner
 from .timing import MachineWatch, TimingConfig, paired_speedup, pin_thread, time_interleaved
 from .verify import verify_module, verify_target_attrs
 
@@ -187,6 +188,8 @@ def check_correctness(runner: Runner, problem, oracle, trials: int, seed: int) -
             raise_device_failure(runner.session, e)
             c.reason, c.detail, c.first_failing_trial = "signature", str(e), t
             return c
+        except RunnerDied:  # the candidate's process crashed: run_job records it
+            raise
         except Exception as e:
             raise_device_failure(runner.session, e)
             c.reason, c.detail, c.first_failing_trial = "runtime_error", last_line(e), t
@@ -226,6 +229,9 @@ def run_job(job: Job, module_source: Callable[[], object] | None = None) -> Resu
     state: dict = {}
     try:
         res = _run_job(job, state, module_source)
+    except RunnerDied as e:  # the candidate's own process died (e.g. a segfault in a kernel)
+        res = state["res"].failure("crash", str(e))
+        res = _done(res, state["t_start"])
     except Exception as e:
         session = state.get("session")
         failure = session.diagnose(e) if session is not None and hasattr(session, "diagnose") else None
@@ -236,6 +242,9 @@ def run_job(job: Job, module_source: Callable[[], object] | None = None) -> Resu
         if failure.retry:
             res.extra["device_lost"] = True
         res = _done(res, state["t_start"])
+    finally:
+        if state.get("proxy") is not None:
+            state["proxy"].close()
     if hasattr(state.get("session"), "describe"):
         res.extra.update(state["session"].describe())
     return res
@@ -243,8 +252,8 @@ def run_job(job: Job, module_source: Callable[[], object] | None = None) -> Resu
 
 def _run_job(job: Job, state: dict, module_source=None) -> Result:
     from ..backends.gpu import DeviceUnavailable
+    from ..backends.host import LocalBackend
     from ..backends.registry import get_backend
-    from ..baselines.onnxruntime import ort_contender
     from ..baselines.tvm_default import tvm_default_module
     from ..ir.replay import materialize
     from ..ir.spec import KernelSpec
@@ -278,6 +287,12 @@ def _run_job(job: Job, state: dict, module_source=None) -> Result:
     except DeviceUnavailable as e:  # this machine's fault (no GPU or runtime), not the candidate's
         return _done(res.failure("infra", str(e)), t_start)
     state.update(res=res, session=session, t_start=t_start)
+    proxy = None
+    if isinstance(backend, LocalBackend) and backend.profile.kind == "host":
+        # the candidate's native code will run in its own process, forked now: one thread, no oracle yet
+        proxy, why = fork_runner(backend, session, reference, job.sandbox)
+        state["proxy"] = proxy
+        res.extra["runner"] = "separate process" if proxy else f"in the judge: {why}"
 
     # Trusted work first, while a builder materializes the candidate: baselines and the oracle.
     baseline_built = {}
@@ -314,6 +329,24 @@ def _run_job(job: Job, state: dict, module_source=None) -> Result:
         verify_target_attrs(target_attrs)
     except ForbiddenConstruct as e:
         return _done(res.failure("forbidden", str(e)), t_start)
+    if proxy is not None:  # built and loaded in the runner; the judge never runs the candidate's code
+        if oracle is None:
+            return _done(res.failure("infra", oracle_error), t_start)
+        res.oracle = oracle.name
+        try:
+            res.compile_seconds, _ = proxy.load(mod, target_attrs)
+        except ToolchainMissing as e:
+            return _done(res.failure("infra", str(e)), t_start)
+        except CandidateBuildError as e:
+            return _done(res.failure("compile_error", str(e)), t_start)
+        except (KernelFault, GraphError) as e:
+            res.compiled = True
+            return _done(res.failure(getattr(e, "reason", "signature"), str(e)), t_start)
+        except RuntimeError as e:
+            res.compiled = True
+            return _done(res.failure("runtime_error", "main_transform_params: " + str(e)), t_start)
+        res.compiled = True
+        return _judge(job, res, proxy, problem, oracle, session, reference, baseline_built, backend, t_start)
     try:
         built = backend.build(mod, target_attrs)
     except ToolchainMissing as e:  # this machine's fault, not the candidate's
@@ -344,6 +377,14 @@ def _run_job(job: Job, state: dict, module_source=None) -> Result:
     except Exception as e:
         raise_device_failure(session, e)
         return _done(res.failure("runtime_error", "main_transform_params: " + last_line(e)), t_start)
+    return _judge(job, res, runner, problem, oracle, session, reference, baseline_built, backend, t_start)
+
+
+def _judge(job, res, runner, problem, oracle, session, reference, baseline_built, backend, t_start) -> Result:
+    """Correctness against the oracle, then the timing protocol, for a loaded candidate (`runner`: an
+    in-process Runner, or a RunnerProxy to the candidate's own process)."""
+    from ..baselines.onnxruntime import ort_contender
+
     res.correctness = check_correctness(runner, problem, oracle, job.trials, job.seed)
     if not res.correctness.correct:
         return _done(res.failure(res.correctness.reason or "wrong_output", res.correctness.detail), t_start)
@@ -385,7 +426,7 @@ def _run_job(job: Job, state: dict, module_source=None) -> Result:
                 problem, inputs, job.threads, job.ort_timer_lib, job.ort_timer_unavailable
             )
             res.extra.update(onnxruntime_on="host", onnxruntime_timer=how)
-        timings = _time_here(contenders, job, backend, res)
+        timings = _time_here(contenders, job, backend, res, runner)
         res.runtime = timings.pop("candidate")
         res.baselines = timings
         for n, t in timings.items():
@@ -408,13 +449,15 @@ def _run_job(job: Job, state: dict, module_source=None) -> Result:
     return _done(res, t_start)
 
 
-def _time_here(contenders: dict, job: Job, backend, res: Result) -> dict:
+def _time_here(contenders: dict, job: Job, backend, res: Result, runner=None) -> dict:
     """The timing protocol; on this machine (a local backend) with one thread, the timing thread is pinned
     to its CPU first, and what else the machine did meanwhile is recorded in extra["timing_env"]."""
     cfg = TimingConfig(**job.timing)
     if backend.profile.run != "local":  # timed on a device: this machine's load is not its load
         return time_interleaved(contenders, cfg)
     pinned = pin_thread() if job.threads == 1 else None
+    if pinned is not None and hasattr(runner, "pin"):  # the candidate's process runs on the same CPU
+        runner.pin(pinned)
     with MachineWatch() as watch:
         timings = time_interleaved(contenders, cfg)
     res.extra["timing_env"] = {**watch.summary(), "pinned_cpu": pinned}

@@ -1,0 +1,295 @@
+"""The runner: on a local CPU backend, the only process in which a candidate's native code runs.
+
+A verified kernel can still index past its buffers (TIR has no bounds checks), and an out-of-bounds
+write would land in the memory of the process that runs it. So the judge does not run the candidate: it
+forks a runner early (before the oracle, the baselines or any candidate data exist in its memory, while it
+has one thread), which restricts itself further (a nested Landlock domain: no write anywhere, no signal or
+ptrace to the judge) and then only builds and runs the candidate on request. Between them there is a
+socket carrying JSON headers and NumPy arrays (`np.load(allow_pickle=False)`: data, never code).
+
+What the runner can no longer reach: the oracle and its outputs, the comparison, the baselines (timed in
+the judge), the result file, and the clock -- the candidate's time is measured by the judge around each
+request (`RunnerProxy.timer`: the wall time of `number` calls, request and reply included, so the
+candidate pays about 50 us of messaging per round of >= 10 ms, against itself, never for it). What it
+reports about itself and is believed: only its outputs (checked against the oracle) and its per-kernel
+profile (information for agents, not a verdict).
+
+Remote, emulated and GPU backends run the candidate outside the judge's address space already (on the
+device, under qemu, in device memory) and keep the in-process runner (`harness/evaluate.Runner`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import signal
+import socket
+import struct
+import time
+
+import numpy as np
+
+from ..errors import EKBError, ToolchainMissing, last_line
+from .executor import GraphError, KernelFault
+
+MAX_FRAME = 1 << 30  # a reply larger than this is refused (a runner cannot flood the judge's memory)
+
+
+class RunnerDied(EKBError):
+    """The candidate's process ended without a reply (it crashed, e.g. a segfault in a kernel)."""
+
+
+class CandidateBuildError(EKBError):
+    """TVM could not build the candidate (in the runner); str(e) is the compiler's text."""
+
+
+# ------------------------------------------------------------------------------------------ framing
+def send(sock: socket.socket, header: dict, arrays: list[np.ndarray] | None = None) -> None:
+    head = json.dumps(header).encode()
+    body = b""
+    if arrays is not None:
+        buf = io.BytesIO()
+        np.savez(buf, *[np.ascontiguousarray(a) for a in arrays])
+        body = buf.getvalue()
+    sock.sendall(struct.pack("<QQ", len(head), len(body)) + head + body)
+
+
+def _read(sock: socket.socket, n: int) -> bytes:
+    chunks, got = [], 0
+    while got < n:
+        chunk = sock.recv(min(n - got, 1 << 20))
+        if not chunk:
+            raise RunnerDied("the candidate's process ended")
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def recv(sock: socket.socket) -> tuple[dict, list[np.ndarray]]:
+    n_head, n_body = struct.unpack("<QQ", _read(sock, 16))
+    if n_head > MAX_FRAME or n_body > MAX_FRAME:
+        raise RunnerDied("the candidate's process sent an oversized message")
+    header = json.loads(_read(sock, n_head))
+    if not isinstance(header, dict):
+        raise RunnerDied("the candidate's process sent a malformed message")
+    arrays: list[np.ndarray] = []
+    if n_body:
+        with np.load(io.BytesIO(_read(sock, n_body)), allow_pickle=False) as z:
+            arrays = [z[f"arr_{i}"] for i in range(len(z.files))]
+    return header, arrays
+
+
+def _inputs(d: dict) -> tuple[list[str], list[np.ndarray]]:
+    names = list(d)
+    return names, [d[n] for n in names]
+
+
+# ------------------------------------------------------------------------------------------ runner side
+def _serve(sock: socket.socket, backend, session, reference) -> None:
+    """The runner's loop: one request, one reply, until "quit" or the judge goes away."""
+    import tvm
+
+    from .evaluate import Runner
+
+    runner = None
+    timer = None
+    while True:
+        try:
+            req, arrays = recv(sock)
+        except (RunnerDied, OSError, ValueError):
+            return
+        op = req.get("op")
+        try:
+            if op == "quit":
+                return
+            if op == "load":
+                mod = tvm.ir.load_json(req["module"])
+                try:
+                    built = backend.build(mod, req.get("target_attrs") or {})
+                except ToolchainMissing as e:
+                    send(sock, {"error": "toolchain", "detail": str(e)})
+                    continue
+                except Exception as e:
+                    send(sock, {"error": "compile", "detail": last_line(e) + "\n" + str(e)[-3000:]})
+                    continue
+                runner = Runner(mod, built, session, reference)
+                send(sock, {"ok": True, "seconds": built.seconds})
+            elif op == "pin":
+                with contextlib.suppress(OSError):
+                    os.sched_setaffinity(0, {int(req["cpu"])})
+                send(sock, {"ok": True})
+            elif op in ("kernels", "vm", "bind", "profile", "poisoned"):
+                inputs = dict(zip(req["names"], arrays, strict=True))
+                if op == "kernels":
+                    send(sock, {"ok": True}, runner.run_kernels(inputs, int(req.get("variant", 0))))
+                elif op == "vm":
+                    send(sock, {"ok": True}, runner.run_vm(inputs))
+                elif op == "bind":
+                    timer = runner.timer(inputs)
+                    timer(1)
+                    send(sock, {"ok": True})
+                elif op == "profile":
+                    from .timing import TimingConfig
+
+                    send(sock, {"ok": True, "kernels": runner.profile(inputs, TimingConfig(**req["timing"]))})
+                else:  # every kernel call with fresh sentinel outputs, `repeats` times (timed by the judge)
+                    for _ in range(int(req["repeats"])):
+                        runner.run_kernels(inputs)
+                    send(sock, {"ok": True})
+            elif op == "time":
+                timer(int(req["number"]))
+                send(sock, {"ok": True})
+            else:
+                send(sock, {"error": "protocol", "detail": f"unknown request {op!r}"})
+        except KernelFault as e:
+            send(sock, {"error": "fault", "reason": e.reason, "detail": str(e)})
+        except GraphError as e:
+            send(sock, {"error": "graph", "detail": str(e)})
+        except Exception as e:
+            send(sock, {"error": "runtime", "detail": last_line(e)})
+
+
+def _child(sock: socket.socket, backend, session, reference, sandbox: dict | None, parent: int) -> None:
+    code = 0
+    try:
+        with contextlib.suppress(OSError):
+            os.close(0)  # the judge's stdin (the builder's hand-over) is not the runner's
+        from .isolation import prepare_fork
+
+        prctl = prepare_fork()
+        if prctl:
+            prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: the runner dies with its judge
+            if os.getppid() != parent:
+                os._exit(137)
+        if sandbox:
+            from .sandbox import DEVICES_RW, restrict_self
+
+            restrict_self(sandbox["read"], list(DEVICES_RW), sandbox.get("landlock_abi"))  # nested: no writes
+        _serve(sock, backend, session, reference)
+    except BaseException:
+        code = 1
+    finally:
+        os._exit(code)
+
+
+# ------------------------------------------------------------------------------------------ judge side
+def fork_runner(backend, session, reference, sandbox: dict | None):
+    """A RunnerProxy to a forked runner, or (None, why) where forking is not safe here: the judge has more
+    than one thread (a fork copies only the calling one; locks held by the others would stay held)."""
+    try:
+        threads = len(os.listdir("/proc/self/task"))
+    except OSError:
+        return None, "no /proc/self/task to count this process's threads"
+    if threads != 1:
+        return None, f"the judge has {threads} threads here: forking is not safe"
+    parent_sock, child_sock = socket.socketpair()
+    pid = os.fork()
+    if pid == 0:
+        parent_sock.close()
+        _child(child_sock, backend, session, reference, sandbox, os.getppid())
+    child_sock.close()
+    return RunnerProxy(parent_sock, pid), ""
+
+
+class RunnerProxy:
+    """The judge's handle on the runner: the same methods as evaluate.Runner, answered by the runner
+    process, with the candidate's timer measured here."""
+
+    def __init__(self, sock: socket.socket, pid: int):
+        self.sock, self.pid = sock, pid
+        self.session = None  # a local CPU: no device whose failure could be diagnosed
+
+    def _call(self, header: dict, arrays: list[np.ndarray] | None = None) -> tuple[dict, list[np.ndarray]]:
+        try:
+            send(self.sock, header, arrays)
+            rep, out = recv(self.sock)
+        except (RunnerDied, OSError) as e:
+            raise RunnerDied(f"the candidate's process died ({self._status()})") from e
+        err = rep.get("error")
+        if err == "fault":
+            raise KernelFault(str(rep.get("reason", "runtime_error")), str(rep.get("detail", ""))[-2000:])
+        if err == "graph":
+            raise GraphError(str(rep.get("detail", ""))[-2000:])
+        if err == "compile":
+            raise CandidateBuildError(str(rep.get("detail", ""))[-4000:])
+        if err == "toolchain":
+            raise ToolchainMissing(str(rep.get("detail", "")))
+        if err:
+            raise RuntimeError(str(rep.get("detail", err))[-2000:])
+        return rep, out
+
+    def _status(self) -> str:
+        try:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+        except ChildProcessError:
+            return "gone"
+        if pid == 0:
+            return "no reply"
+        if os.WIFSIGNALED(status):
+            return f"signal {signal.Signals(os.WTERMSIG(status)).name}"
+        return f"exit code {os.WEXITSTATUS(status)}"
+
+    def load(self, mod, target_attrs: dict) -> tuple[float, dict]:
+        import tvm
+
+        rep, _ = self._call({"op": "load", "module": tvm.ir.save_json(mod), "target_attrs": target_attrs})
+        return float(rep.get("seconds", 0.0)), {}
+
+    def pin(self, cpu: int) -> None:
+        self._call({"op": "pin", "cpu": cpu})
+
+    def _with_inputs(self, header: dict, inputs: dict):
+        names, arrays = _inputs(inputs)
+        return self._call({**header, "names": names}, arrays)
+
+    def run_kernels(self, inputs, variant: int = 0) -> list[np.ndarray]:
+        return self._with_inputs({"op": "kernels", "variant": variant}, inputs)[1]
+
+    def run_vm(self, inputs) -> list[np.ndarray]:
+        return self._with_inputs({"op": "vm"}, inputs)[1]
+
+    def timer(self, inputs):
+        """run(number) -> seconds per call of the candidate, measured HERE around the request."""
+        self._with_inputs({"op": "bind"}, inputs)
+
+        def run(number: int) -> float:
+            t0 = time.perf_counter()
+            self._call({"op": "time", "number": int(number)})
+            return (time.perf_counter() - t0) / number
+
+        return run
+
+    def profile(self, inputs, cfg) -> list[dict]:
+        from dataclasses import asdict
+
+        rep, _ = self._with_inputs({"op": "profile", "timing": asdict(cfg)}, inputs)
+        return rep.get("kernels") if isinstance(rep.get("kernels"), list) else []
+
+    def poisoned_time(self, inputs, repeats: int = 25) -> dict:
+        """Every kernel call of main with fresh sentinel-filled outputs (nothing an earlier call left can
+        be reused), `repeats` times; timed here, messaging and output allocation included (so a kernel
+        only looks slower, never faster)."""
+        names, arrays = _inputs(inputs)
+        t0 = time.perf_counter()
+        self._call({"op": "poisoned", "names": names, "repeats": int(repeats)}, arrays)
+        return {"seconds": (time.perf_counter() - t0) / repeats, "measured": "by the judge, whole sequence"}
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            send(self.sock, {"op": "quit"})
+        with contextlib.suppress(Exception):
+            self.sock.close()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            try:
+                if os.waitpid(self.pid, os.WNOHANG)[0]:
+                    return
+            except ChildProcessError:
+                return
+            time.sleep(0.01)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(self.pid, 0)
