@@ -31,11 +31,14 @@ toolchains:
 TEST_DEPS := $(STAMP) $(if $(filter 0,$(shell id -u)),toolchains)
 test: $(TEST_DEPS)
 	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q
 
+# lint-imports: the import contracts of pyproject.toml ([tool.importlinter]; docs/architecture.md)
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/lint-imports
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/harness_overhead.py

@@ -40,7 +40,7 @@ def main() -> None:
     from edgekernelbench.baselines.ort_native import build_library
     from edgekernelbench.harness.api import time_floors
     from edgekernelbench.harness.timing import TimingConfig, time_interleaved
-    from edgekernelbench.oracle import ort_session
+    from edgekernelbench.onnxrt import ort_session
     from edgekernelbench.tvm_env import set_threads
 
     set_threads(args.threads)

@@ -33,9 +33,9 @@ from pathlib import Path
 
 from edgekernelbench import metrics
 from edgekernelbench.generators.reference_candidates import write_reference_candidates
-from edgekernelbench.harness.result import Result
 from edgekernelbench.harness.timing import TimingConfig
 from edgekernelbench.problems import select
+from edgekernelbench.records import Result
 from edgekernelbench.runs import EvalConfig, eval_run
 from edgekernelbench.store import RunStore
 

@@ -10,8 +10,8 @@ from test_cli import assert_one_line_error, ekb
 from edgekernelbench.backends.profiles import load_profiles
 from edgekernelbench.harness.api import evaluate
 from edgekernelbench.harness.isolation import Limits
-from edgekernelbench.harness.result import Result
 from edgekernelbench.problems import get_problem
+from edgekernelbench.records import Result
 
 TINY = "L1/tiny_scale_add"
 DENSE = "L1/dense_kws_classifier"  # matmul + bias: dlight's GPU GEMV/matmul rules, plus a transpose
@@ -28,8 +28,8 @@ def test_gpu_profiles_are_gpu_kind():
 
 @pytest.mark.parametrize("backend", GPU_PROFILES)
 def test_dlight_scheduled_candidate_compiles_for_every_gpu(backend):
-    from edgekernelbench.backends.gpu import gpu_default_spec
     from edgekernelbench.backends.registry import get_profile
+    from edgekernelbench.generators.reference_candidates import gpu_default_spec
 
     spec = gpu_default_spec(get_problem(DENSE), get_profile(backend))
     r = evaluate(DENSE, spec, backend, trials=1, measure=True, limits=LIMITS)
@@ -218,8 +218,8 @@ def test_host_gpu_profile_runs_locally_on_cuda():
 
 @without_cuda
 def test_local_gpu_without_a_device_is_an_infra_failure_not_a_wrong_kernel():
-    from edgekernelbench.backends.gpu import gpu_default_spec
     from edgekernelbench.backends.registry import get_profile
+    from edgekernelbench.generators.reference_candidates import gpu_default_spec
 
     spec = gpu_default_spec(get_problem(TINY), get_profile("host-gpu"))
     r = evaluate(TINY, spec, "host-gpu", trials=1, limits=LIMITS)
@@ -257,8 +257,8 @@ def test_local_gpu_judges_candidates_on_the_device():
     the device; a wrong and a half-writing thread-bound kernel fail with the host harness's reasons."""
     from test_harness import SIG, prim
 
-    from edgekernelbench.backends.gpu import gpu_default_spec
     from edgekernelbench.backends.registry import get_profile
+    from edgekernelbench.generators.reference_candidates import gpu_default_spec
     from edgekernelbench.harness.timing import TimingConfig
     from edgekernelbench.ir.spec import KernelSpec
 

@@ -6,7 +6,6 @@ import math
 
 import pytest
 
-from edgekernelbench.harness.result import Result
 from edgekernelbench.metrics import (
     Aggregate,
     compile_at_k,
@@ -23,6 +22,7 @@ from edgekernelbench.metrics import (
     roofline,
     roofline_flags,
 )
+from edgekernelbench.records import Result
 
 
 def res(problem="L1/a", sample=0, correct=True, compiled=True, speedups=None, backend="llvm", **kw):

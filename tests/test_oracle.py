@@ -15,7 +15,8 @@ from ekb_test_problems import saturating_weights
 from onnx import TensorProto, helper, numpy_helper
 
 from edgekernelbench import oracle as oracle_mod
-from edgekernelbench.harness.result import Result, Timing
+from edgekernelbench.checks import selfcheck
+from edgekernelbench.checks.selfcheck import check_problem
 from edgekernelbench.oracle import (
     ORACLE_EXACT,
     ORACLE_ORT,
@@ -26,8 +27,8 @@ from edgekernelbench.oracle import (
     ort_session,
     reference_evaluator,
 )
-from edgekernelbench.problems import get_problem, selfcheck
-from edgekernelbench.problems.selfcheck import check_problem
+from edgekernelbench.problems import get_problem
+from edgekernelbench.records import Result, Timing
 
 SATURATING = "L1/tiny_matmulint_saturating"
 

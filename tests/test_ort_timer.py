@@ -14,7 +14,7 @@ from test_harness import CORRECT, judge
 from edgekernelbench.baselines import ort_native
 from edgekernelbench.baselines.onnxruntime import NATIVE, PY_IOBINDING, ort_contender
 from edgekernelbench.harness.timing import TimingConfig
-from edgekernelbench.oracle import ort_session
+from edgekernelbench.onnxrt import ort_session
 from edgekernelbench.problems import get_problem
 
 PROBLEM = "L1/tiny_scale_add"

@@ -9,7 +9,7 @@ import json
 import pytest
 from rich.console import Console
 
-from edgekernelbench.harness.result import Result, Timing
+from edgekernelbench.records import Result, Timing
 from edgekernelbench.report.render import (
     CSV_FIELDS,
     fmt_pct,
@@ -191,7 +191,7 @@ def test_empty_summary():
 
 
 def test_fast_is_unknown_where_nothing_could_be_timed():
-    from edgekernelbench.harness.result import Result
+    from edgekernelbench.records import Result
     from edgekernelbench.report.summary import summarize
 
     emulated = [Result("L1/a", 0, "rpi4", compiled=True, correct=True, timing_status="not measured")]
@@ -203,7 +203,7 @@ def test_fast_is_unknown_where_nothing_could_be_timed():
 
 
 def test_fast_is_unknown_against_a_baseline_that_could_not_run():
-    from edgekernelbench.harness.result import Result
+    from edgekernelbench.records import Result
     from edgekernelbench.report.summary import summarize
 
     remote = [Result("L1/a", 0, "rpi5", compiled=True, correct=True, speedups={"tvm-default": 2.0})]

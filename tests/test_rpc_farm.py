@@ -273,8 +273,8 @@ def test_a_key_without_devices_is_infra_not_the_candidates_fault(farm):
 def test_a_gpu_profile_on_a_device_without_that_gpu_is_infra(farm):
     """The remote GPU path: built here (CUDA, dlight's schedule), exported, then the device (a CPU-only
     server under the key) has no CUDA device: an infrastructure failure, not the kernel's."""
-    from edgekernelbench.backends.gpu import gpu_default_spec
     from edgekernelbench.backends.registry import get_profile
+    from edgekernelbench.generators.reference_candidates import gpu_default_spec
     from edgekernelbench.harness.api import evaluate
     from edgekernelbench.harness.isolation import Limits
     from edgekernelbench.problems import get_problem

@@ -12,7 +12,7 @@ import textwrap
 import pytest
 
 from edgekernelbench.errors import RunDirError
-from edgekernelbench.harness.result import Correctness, Result, Timing
+from edgekernelbench.records import Correctness, Result, Timing
 from edgekernelbench.store import SCHEMA_VERSION, RunStore
 
 
@@ -155,7 +155,7 @@ def test_closed_store_raises(tmp_path):
 WRITER = textwrap.dedent(
     """
     import os, signal, sys
-    from edgekernelbench.harness.result import Result, Timing
+    from edgekernelbench.records import Result, Timing
     from edgekernelbench.store import RunStore
 
     st = RunStore(sys.argv[1])

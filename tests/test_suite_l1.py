@@ -8,11 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from edgekernelbench.checks import selfcheck
+from edgekernelbench.checks.selfcheck import check_problem
 from edgekernelbench.oracle import Oracle
-from edgekernelbench.problems import Problem, get_problem, selfcheck
+from edgekernelbench.problems import Problem, get_problem
 from edgekernelbench.problems import level1 as l1
 from edgekernelbench.problems.docs import level1_markdown, suite_table_markdown
-from edgekernelbench.problems.selfcheck import check_problem
 
 CATEGORIES = {
     "conv2d",

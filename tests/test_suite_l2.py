@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from edgekernelbench.checks.selfcheck import check_problem
 from edgekernelbench.oracle import Oracle
 from edgekernelbench.problems import get_problem
 from edgekernelbench.problems import level2 as l2
 from edgekernelbench.problems.docs import level2_markdown
-from edgekernelbench.problems.selfcheck import check_problem
 
 REQUIRED_CATEGORIES = {
     "ds_block",

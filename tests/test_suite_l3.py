@@ -13,10 +13,11 @@ import pytest
 from onnx import helper, numpy_helper
 
 import edgekernelbench.problems.level3 as l3
-from edgekernelbench.oracle import Oracle, ort_session
+from edgekernelbench.checks.selfcheck import check_problem
+from edgekernelbench.onnxrt import ort_session
+from edgekernelbench.oracle import Oracle
 from edgekernelbench.problems import get_problem
 from edgekernelbench.problems.graph import GraphBuilder
-from edgekernelbench.problems.selfcheck import check_problem
 
 DOMAINS = {"vision", "wakeword", "kws", "anomaly", "nlp", "sensors", "audio"}
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "problems_l3.md"

@@ -8,9 +8,9 @@ import math
 import numpy as np
 import pytest
 
-from edgekernelbench.harness.result import Result, Timing
 from edgekernelbench.harness.timing import TimingConfig, median_ci, paired_speedup, time_interleaved
 from edgekernelbench.metrics import fast_at_k, is_fast, ties, verdict
+from edgekernelbench.records import Result, Timing
 
 
 def timing(samples):

@@ -64,7 +64,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from .harness.result import Result
+from .records import Result
 
 __all__ = [
     "Aggregate",

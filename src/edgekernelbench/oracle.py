@@ -14,7 +14,7 @@ kernel multiplies with ``pmaddubsw``, which adds pairs of products in 16 bit wit
 ``255 * 127 + 255 * 127`` becomes 32767: its output then depends on the CPU it ran on. The rule
 (`oracle_kind`): a graph with any of those operators is judged by the exact oracle; every other
 graph by ONNX Runtime, which is 10 to 100 times faster there and agrees with onnx.reference within
-every problem's tolerance (measured on the whole suite; problems/selfcheck.py checks it for each
+every problem's tolerance (measured on the whole suite; checks/selfcheck.py checks it for each
 problem). Float graphs with QuantizeLinear / DequantizeLinear around float operators (QDQ) stay with
 ONNX Runtime: with graph optimizations off it computes them in float, as the graph says.
 
@@ -30,6 +30,7 @@ import logging
 import numpy as np
 import onnx
 
+from .onnxrt import ort_session
 from .problems import Problem
 
 log = logging.getLogger(__name__)
@@ -44,15 +45,6 @@ INTEGER_ARITHMETIC_OPS = frozenset({"MatMulInteger", "ConvInteger", "QLinearMatM
 
 class OracleError(Exception):
     """The oracle cannot load or run the problem's model."""
-
-
-def ort_session(model, threads: int = 1, optimize: bool = True):
-    import onnxruntime as ort
-
-    from .backends.farm_server import ort_session_options  # one set of options, here and on a board
-
-    so = ort_session_options(ort, threads, optimize)
-    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
 
 
 def _nodes(graph: onnx.GraphProto):

@@ -50,7 +50,7 @@ class Reference:
 
     def kernel_calls(self) -> list[str]:
         """PrimFunc names in the order main calls them."""
-        from .harness.executor import graph_steps
+        from .executor import graph_steps
 
         return [s.func for s in graph_steps(self.module["main"]) if s.kind == "call_tir"]
 
@@ -132,7 +132,7 @@ def _build_reference(problem_id: str) -> Reference:
 
 
 def build_reference(problem: Problem) -> Reference:
-    from .problems.registry import _REGISTRY
+    from .problems.suite import _REGISTRY
 
     if _REGISTRY.get(problem.id) is problem:
         return _build_reference(problem.id)

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import RunDirError
-from .harness.result import Result
+from .records import Result
 
 __all__ = ["DB_NAME", "SCHEMA_VERSION", "RunStore", "result_status"]
 

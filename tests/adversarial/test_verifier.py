@@ -507,8 +507,8 @@ def test_gpu_default_candidates_pass(profile):
     """dlight's GPU schedules (threads bound, shared / local buffers, rfactor, cross-thread reductions),
     on GPU_PROBLEMS. Every problem of the suite on every GPU profile passed once (80-100 s a profile;
     dlight takes 50 s for one conv on Metal)."""
-    from edgekernelbench.backends.gpu import gpu_default_spec
     from edgekernelbench.backends.registry import get_profile
+    from edgekernelbench.generators.reference_candidates import gpu_default_spec
 
     for pid in GPU_PROBLEMS:
         if profile == "apple-m" and pid in METAL_SLOW:

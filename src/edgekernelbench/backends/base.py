@@ -8,7 +8,7 @@ implements `Backend` and registers a profile; the harness does not change.
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 
 from ..errors import EKBError
 
@@ -63,6 +63,14 @@ class BackendProfile:
 
     def with_threads(self, threads: int | None) -> BackendProfile:
         return self if not threads or threads == self.threads else replace(self, threads=threads)
+
+    def to_dict(self) -> dict:
+        """As JSON data (a Job carries the profile its parent resolved to the worker: harness/job.py)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> BackendProfile:
+        return cls(**{**d, "emulator": tuple(d.get("emulator") or ())})
 
 
 @dataclass

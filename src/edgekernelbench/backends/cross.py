@@ -349,7 +349,7 @@ class EmulatedLoaded(Loaded):
     integer sentinel), so the second run of each trial re-executes every kernel in the emulator."""
 
     def __init__(self, built: CrossBuilt, session: EmulatedSession):
-        from ..harness.executor import KernelRunner
+        from ..executor import KernelRunner
 
         self.built, self.session = built, session
         profile = session.backend.profile

@@ -12,7 +12,7 @@ ends with it. The API:
     ekb.ort.version() -> str               onnxruntime's version; "" when it is not installed here
     ekb.ort.load(model: bytes, threads: int) -> int
                                            an InferenceSession of the serialized ONNX model, with the
-                                           options of the local baseline (oracle.ort_session, optimize)
+                                           options of the local baseline (onnxrt.ort_session, optimize)
     ekb.ort.set_inputs(handle: int, npz: bytes) -> None
                                            the feeds (an .npz of input name -> array), bound to the
                                            session once with preallocated outputs (I/O binding); runs once
@@ -53,7 +53,7 @@ _SESSIONS: dict[int, list] = {}  # handle -> [InferenceSession, output names, IO
 
 def ort_session_options(ort, threads: int, optimize: bool = True):
     """ONNX Runtime's session options for the baseline (optimize: all graph optimizations) and for the
-    oracle (none), here and on the host (edgekernelbench.oracle.ort_session uses this function)."""
+    oracle (none), here and on the host (edgekernelbench.onnxrt.ort_session uses this function)."""
     so = ort.SessionOptions()
     so.intra_op_num_threads = int(threads)
     so.inter_op_num_threads = 1

@@ -295,23 +295,3 @@ class CompileOnlySession(Session):
 
     def load(self, built: Built) -> Loaded:
         self._fail()
-
-
-# ---------------------------------------------------------------------------------- candidates
-def gpu_default_spec(problem, profile):
-    """A working GPU candidate: the reference with dlight's default GPU schedule (threads bound),
-    as module text. The unscheduled reference has no thread bindings and fails to build for a GPU."""
-    from ..baselines.tvm_default import tvm_default_module
-    from ..ir.spec import KernelSpec
-    from ..reference import build_reference, module_script
-
-    backend = GPUBackend(profile)
-    ref = build_reference(problem)
-    mod = tvm_default_module(ref.module, backend.target())
-    return KernelSpec(
-        problem=problem.id,
-        module=module_script(mod),
-        method=f"dlight-gpu:{profile.name}",
-        notes=f"reference scheduled with dlight's default GPU rules for {profile.name} "
-        f"({profile.target.get('kind')})",
-    )

@@ -94,7 +94,7 @@ class LocalLoaded(Loaded):
         import numpy as np
         import tvm
 
-        from ..harness.executor import sentinel_for
+        from ..executor import sentinel_for
 
         fills = [np.full(t.shape, sentinel_for(str(t.dtype)), dtype=str(t.dtype)) for t in args[-n_out:]]
 

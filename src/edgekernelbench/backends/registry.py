@@ -23,13 +23,25 @@ def get_profile(name: str, threads: int | None = None, run_dir: Path | None = No
     return profiles[name].with_threads(threads)
 
 
+def as_profile(backend: str | BackendProfile, threads: int | None = None) -> BackendProfile:
+    """The profile of `backend`: a BackendProfile as it is (with `threads`), a name looked up. A command
+    resolves its backends once and passes the profiles down; library callers may still pass names."""
+    if isinstance(backend, BackendProfile):
+        return backend.with_threads(threads)
+    return get_profile(backend, threads)
+
+
 def get_backend(
     name: str, threads: int | None = None, run_dir: Path | None = None, tracker: str | None = None
 ) -> Backend:
+    """The Backend of profile `name` (see backend_for)."""
+    return backend_for(get_profile(name, threads, run_dir), tracker)
+
+
+def backend_for(profile: BackendProfile, tracker: str | None = None) -> Backend:
     """`tracker` (HOST:PORT of a TVM RPC tracker): a profile with an rpc_key runs on a device registered
     under that key when the tracker has one (a profile with run = "remote" always does, on the default
     tracker when none is given); otherwise as its profile says (e.g. emulated)."""
-    profile = get_profile(name, threads, run_dir)
     if tracker or profile.run == "remote":
         from .rpc import remote_backend
 

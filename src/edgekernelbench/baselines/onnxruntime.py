@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import io
 import logging
+import time
+from collections.abc import Callable
 
 from ..errors import last_line
-from ..harness.timing import python_timer
-from ..oracle import ort_session
+from ..onnxrt import ort_session
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +29,18 @@ NO_ORT = "onnxruntime is not installed on the device"
 NATIVE = "native"  # C loop over RunWithBinding, I/O bound (ort_native.py)
 PY_IOBINDING = "python-iobinding"  # Python loop over run_with_iobinding, I/O bound
 PY_RUN = "python-run"  # Python loop over session.run (feeds and fetches converted on every call)
+
+
+def python_timer(fn: Callable[[], object]) -> Callable[[int], float]:
+    """Wraps a Python callable (e.g. an ONNX Runtime session run) as a contender."""
+
+    def run(number: int) -> float:
+        t0 = time.perf_counter()
+        for _ in range(number):
+            fn()
+        return (time.perf_counter() - t0) / number
+
+    return run
 
 
 class ORTUnavailable(Exception):

@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..errors import EKBError
-from .common import _backends, _tracker_option, console
+from .common import _profiles, _tracker_option, console
 
 
 # ------------------------------------------------------------------------------------------ backends
@@ -107,14 +107,13 @@ def peak(backend, threads, profiles_file, mib, tracker):
     import datetime
 
     from ..backends.profile_file import store_peak
-    from ..backends.registry import get_profile
     from ..runs import measure_peak_isolated
 
-    names = _backends(backend)
-    if len(names) != 1:
+    profiles = _profiles(backend, threads)
+    if len(profiles) != 1:
         raise EKBError("--backend takes one backend for `ekb peak`")
-    name = names[0]
-    profile = get_profile(name, threads)
+    (profile,) = profiles
+    name = profile.name
     path = profiles_file or Path.home() / ".config" / "edgekernelbench" / "profiles.toml"
     today = datetime.date.today().isoformat()
     if profile.rpc_key and (tracker or profile.run == "remote"):
@@ -137,7 +136,7 @@ def peak(backend, threads, profiles_file, mib, tracker):
 
         require_device(profile)  # a local GPU that is not here: one clear line
         with console.status(f"measuring {name} ({profile.threads} thread(s))"):
-            result = measure_peak_isolated(name, profile.threads, mib)
+            result = measure_peak_isolated(profile, profile.threads, mib)
         if not result:
             raise EKBError(f"peak measurement failed on {name} (ekb -v peak ... for the reason)")
         where = ""

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+if TYPE_CHECKING:
+    from ..backends.base import BackendProfile
 
 # piped output (CI logs, files) gets a wide fixed width instead of 80 columns
 console = Console() if sys.stdout.isatty() else Console(width=160)
@@ -26,14 +30,12 @@ def _progress() -> Progress:
     )
 
 
-def _backends(value: str) -> list[str]:
-    """Comma-separated backend names, each checked against the profiles (UnknownBackend otherwise)."""
+def _profiles(value: str, threads: int | None = None) -> list[BackendProfile]:
+    """Comma-separated backend names -> their BackendProfiles (with `threads`; UnknownBackend for a name
+    that has none): each command resolves its backends here, once, and passes the profiles down."""
     from ..backends.registry import get_profile
 
-    names = [b.strip() for b in value.split(",") if b.strip()]
-    for n in names:
-        get_profile(n)
-    return names
+    return [get_profile(b.strip(), threads) for b in value.split(",") if b.strip()]
 
 
 def _timing(quick: bool):

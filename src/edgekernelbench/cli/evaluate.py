@@ -12,19 +12,17 @@ from rich.table import Table
 from rich.text import Text
 
 from ..errors import EKBError
-from .common import _backends, _eval_options, _llm_options, _progress, _timing, _tracker_option, console
+from .common import _eval_options, _llm_options, _profiles, _progress, _timing, _tracker_option, console
 from .generate import _generate
 from .report import _print_report
 
 
 # ------------------------------------------------------------------------------------------ eval
-def _check_tracker(tracker, backends) -> None:
+def _check_tracker(tracker, profiles) -> None:
     """One clear error up front when a chosen backend would use a tracker that cannot be reached."""
-    from ..backends.registry import get_profile
     from ..backends.rpc import default_tracker, farm_status
 
-    for name in backends:
-        prof = get_profile(name)
+    for prof in profiles:
         if prof.rpc_key and (tracker or prof.run == "remote"):
             farm_status(tracker or default_tracker())
             return
@@ -46,10 +44,12 @@ def _eval_config(backend, threads, trials, quick, no_measure, timeout, memory_mb
         raise EKBError("--trials must be at least 1")
     if jobs is not None and jobs < 1:
         raise EKBError("--jobs must be at least 1")
-    backends = _backends(backend)
-    _check_tracker(tracker, backends)
+    profiles = _profiles(backend)
+    _check_tracker(tracker, profiles)
+    backends = [p.name for p in profiles]
     cfg = EvalConfig(
         backends=backends,
+        profiles={p.name: p for p in profiles},
         threads=threads,
         trials=trials,
         timing=_timing(quick),
@@ -134,7 +134,7 @@ def run_cmd(
         run_dir,
         level,
         problems,
-        cfg.backends[0],
+        cfg.profiles[cfg.backends[0]],  # as its file defines it (the generator's thread count)
         track=method,
         samples=samples,
         temperature=temperature,
@@ -169,7 +169,7 @@ def check(problem, candidate, **opts):
         res = evaluate(
             p,
             candidate,
-            cfg.backends[0],
+            cfg.profile(cfg.backends[0]),
             threads=cfg.threads,
             trials=cfg.trials,
             timing=cfg.timing,
@@ -211,18 +211,22 @@ def baseline(backend, level, problems, run_dir, threads, quick, force, as_json, 
     """Measure the baselines (tvm-default, onnxruntime, and the unscheduled reference) for the suite.
     On a GPU: tvm-default and the reference with dlight's GPU schedule (no CPU onnxruntime).
     Also the floor of each contender's timer (an empty kernel through it), once per backend and threads."""
-    from ..baselines.measure import measurable, measure_baselines, measure_floors
     from ..problems import select
+    from ..runs.baselines import measurable, measure_baselines, measure_floors
 
-    (backend,) = _backends(backend)
-    _check_tracker(tracker, [backend])
-    measurable(backend, threads, tracker)  # one clear line when nothing can be timed there
+    profiles = _profiles(backend, threads)
+    if len(profiles) != 1:
+        raise EKBError("--backend takes one backend for `ekb baseline`")
+    (prof,) = profiles
+    backend = prof.name
+    _check_tracker(tracker, [prof])
+    measurable(prof, threads, tracker)  # one clear line when nothing can be timed there
     probs = select(level=level, ids=list(problems) or None)
     with _progress() as prog:
         task = prog.add_task(f"baselines {backend}", total=len(probs) + 1, status="")
         measured = measure_baselines(
             probs,
-            backend,
+            prof,
             run_dir,
             threads=threads,
             timing=_timing(quick),
@@ -231,7 +235,7 @@ def baseline(backend, level, problems, run_dir, threads, quick, force, as_json, 
             tracker=tracker,
         )
         prog.update(task, status="timer floors")
-        floors = measure_floors(backend, run_dir, threads, _timing(quick), force, tracker)
+        floors = measure_floors(prof, run_dir, threads, _timing(quick), force, tracker)
         prog.update(task, advance=1, status="timer floors")
     if as_json:
         out = {"backend": backend, "threads": threads, "baselines": measured, "floors": floors}

@@ -7,22 +7,22 @@ from pathlib import Path
 import click
 
 from ..errors import EKBError
-from .common import _backends, _llm_options, _progress, console
+from .common import _llm_options, _profiles, _progress, console
 
 
 # ------------------------------------------------------------------------------------------ generate
 def _generate(model, run_dir, level, problems, backend, **llm_opts):
-    """Writes candidates: the built-in ones, or an LLM's (llm_opts: the _llm_options of the command)."""
+    """Writes candidates: the built-in ones, or an LLM's (llm_opts: the _llm_options of the command).
+    `backend`: a --backend value (one name), or the BackendProfile the command resolved already."""
+    from ..backends.base import BackendProfile
     from ..problems import select
 
-    profile = None
-    if backend:
-        from ..backends.registry import get_profile
-
-        names = _backends(backend)
-        if len(names) != 1:
+    profile = backend if isinstance(backend, BackendProfile) else None
+    if backend and profile is None:
+        profiles = _profiles(backend)
+        if len(profiles) != 1:
             raise EKBError("--backend takes one backend for `ekb generate`")
-        profile = get_profile(names[0])
+        profile = profiles[0]
     probs = select(level=level, ids=list(problems) or None)
     if model != "builtin":
         return _generate_llm(model, run_dir, probs, profile, **llm_opts)
@@ -127,8 +127,7 @@ def generate(model, run_dir, level, problems, backend, **opts):
 def _write_gpu_candidates(problem, run_dir: Path, profile) -> list[Path]:
     """sample0.py: the unscheduled reference (fails on a GPU: loops not bound to threads);
     sample1.json: the reference with dlight's default GPU schedule for the profile's target."""
-    from ..backends.gpu import gpu_default_spec
-    from ..generators.reference_candidates import candidate_dir, reference_spec
+    from ..generators.reference_candidates import candidate_dir, gpu_default_spec, reference_spec
 
     d = candidate_dir(Path(run_dir), problem.id)
     d.mkdir(parents=True, exist_ok=True)

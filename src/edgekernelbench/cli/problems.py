@@ -157,8 +157,9 @@ def _kernel_table(ref, baselines: dict) -> Table:
 @click.option("--suite-dir", type=click.Path(path_type=Path), help="User suite directory ($EKB_USER_SUITE).")
 def add_model_cmd(path, name, domain, level, inputs, atol, rtol, suite_dir):
     """Register your own ONNX model as a problem in the user suite (the built-in suite is not changed)."""
-    from ..problems.selfcheck import check_problem
-    from ..problems.user import add_model, parse_shapes, user_suite_dir
+    from ..checks.add_model import add_model
+    from ..checks.selfcheck import check_problem
+    from ..problems.user import parse_shapes, user_suite_dir
 
     if suite_dir:
         os.environ["EKB_USER_SUITE"] = str(suite_dir)

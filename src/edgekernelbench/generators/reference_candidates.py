@@ -1,4 +1,5 @@
-"""Candidates that need no model: the unscheduled reference and the rule-based schedule.
+"""Candidates that need no model: the unscheduled reference and the rule-based schedule, and for a GPU
+the reference with dlight's default GPU schedule (`gpu_default_spec`).
 
 For every problem, `write_reference_candidates` writes into a run directory
 
@@ -26,6 +27,25 @@ def reference_spec(problem) -> KernelSpec:
         module=module,
         method="reference",
         notes="unscheduled reference (ONNX -> Relax -> legalized, fused PrimFuncs)",
+    )
+
+
+def gpu_default_spec(problem, profile):
+    """A working GPU candidate: the reference with dlight's default GPU schedule (threads bound),
+    as module text. The unscheduled reference has no thread bindings and fails to build for a GPU."""
+    from ..backends.gpu import GPUBackend
+    from ..baselines.tvm_default import tvm_default_module
+    from ..reference import build_reference, module_script
+
+    backend = GPUBackend(profile)
+    ref = build_reference(problem)
+    mod = tvm_default_module(ref.module, backend.target())
+    return KernelSpec(
+        problem=problem.id,
+        module=module_script(mod),
+        method=f"dlight-gpu:{profile.name}",
+        notes=f"reference scheduled with dlight's default GPU rules for {profile.name} "
+        f"({profile.target.get('kind')})",
     )
 
 

@@ -1,4 +1,7 @@
-"""The public entry point: evaluate(problem, candidate, backend) -> Result, isolated in a worker."""
+"""The public entry point: evaluate(problem, candidate, backend) -> Result, isolated in a worker.
+
+The judge's public API: what an agent (edgekernelbench.agents) may import of the judge (an import contract,
+pyproject.toml) is this module's `__all__`."""
 
 from __future__ import annotations
 
@@ -6,11 +9,21 @@ import logging
 from dataclasses import asdict, replace
 from pathlib import Path
 
+from ..backends.base import BackendProfile
 from ..ir.spec import KernelSpec, load_candidate
+from ..records import Result
 from .isolation import Limits, run_in_worker
 from .job import DEFAULT_BASELINES, Job
-from .result import Result
 from .timing import TimingConfig
+
+__all__ = [
+    "DEFAULT_BASELINES",
+    "Limits",
+    "TimingConfig",
+    "check_plausible",
+    "evaluate",
+    "time_floors",
+]
 
 log = logging.getLogger(__name__)
 
@@ -18,7 +31,7 @@ log = logging.getLogger(__name__)
 def evaluate(
     problem,
     candidate: KernelSpec | str | Path,
-    backend: str = "host-cpu",
+    backend: str | BackendProfile = "host-cpu",
     *,
     sample: int = 0,
     threads: int = 1,
@@ -34,21 +47,26 @@ def evaluate(
     source: str = "",
     peak: dict | None = None,
 ) -> Result:
-    """Judges one candidate: a KernelSpec, a path to a candidate file, or TVMScript module text.
+    """Judges one candidate: a KernelSpec, a path to a candidate file, or TVMScript module text, on
+    `backend` (a profile name, or the BackendProfile a command resolved once: backends.registry.as_profile).
+    `profile`: also time each kernel call of main (candidate and tvm-default).
     `tracker` (HOST:PORT): a backend whose profile has an rpc_key runs on a device of that key
     (backends/rpc.py); a device lost mid-run is retried on another one up to `device_retries` times.
     `peak`: the backend's measured peaks (FLOP/s, bandwidths; runs.backend_peak), for the plausibility
     check (`check_plausible`); None: the profile's own, when `ekb peak` measured them."""
+    from ..backends.registry import as_profile
+
     problem_id = problem if isinstance(problem, str) else problem.id
     if isinstance(candidate, Path):
         source = str(candidate)
         candidate = load_candidate(candidate, problem_id)
     elif isinstance(candidate, str):
         candidate = KernelSpec(problem=problem_id, module=candidate, method="tvmscript")
+    backend_profile = as_profile(backend, threads)
     job = Job(
         problem=problem_id,
         sample=sample,
-        backend=backend,
+        backend=backend_profile.name,
         spec=candidate.to_dict(),
         candidate=source,
         threads=threads,
@@ -58,27 +76,25 @@ def evaluate(
         baselines=list(baselines),
         measure=measure,
         profile=profile,
+        backend_profile=backend_profile.to_dict(),
     )
-    from ..backends.registry import get_profile
-
-    profile = get_profile(backend)
     limits = limits or Limits()
-    if profile.uses_local_gpu(tracker):
+    if backend_profile.uses_local_gpu(tracker):
         limits = replace(limits, address_space=False)  # a GPU runtime reserves huge address ranges
     job.timeout_s = limits.timeout_s
-    if tracker is None and profile.run == "remote":
+    if tracker is None and backend_profile.run == "remote":
         from ..backends.rpc import default_tracker
 
         tracker = default_tracker()  # read here: the worker's environment is clean
     job.tracker = tracker
-    if measure and "onnxruntime" in baselines and profile.kind != "gpu":
+    if measure and "onnxruntime" in baselines and backend_profile.kind != "gpu":
         prepare_ort_timer(job)
     res = run_in_worker(job, limits)
     lost = []
     for _ in range(device_retries if tracker else 0):
         if not (res.reason == "infra" and res.extra.get("device_lost")):
             break
-        log.warning("%s#%d on %s: %s; trying another device", problem_id, sample, backend, res.detail)
+        log.warning("%s#%d on %s: %s; trying another device", problem_id, sample, job.backend, res.detail)
         lost.append(res.detail)
         res = run_in_worker(job, limits)
     if lost:
@@ -86,7 +102,7 @@ def evaluate(
     if peak is None:
         from ..backends.peak import profile_peak
 
-        peak = profile_peak(profile, threads)
+        peak = profile_peak(backend_profile, threads)
     return check_plausible(res, job, limits, peak)
 
 
@@ -145,7 +161,7 @@ def prepare_ort_timer(job: Job) -> None:
 
 
 def time_floors(
-    backend: str = "host-cpu",
+    backend: str | BackendProfile = "host-cpu",
     *,
     threads: int = 1,
     timing: TimingConfig | None = None,
@@ -153,12 +169,12 @@ def time_floors(
     limits: Limits | None = None,
     tracker: str | None = None,
 ) -> Result:
-    """The timers' floors on a backend (baselines/floors.py), in a worker prepared as evaluate()'s:
+    """The timers' floors on a backend (harness/floors.py), in a worker prepared as evaluate()'s:
     res.baselines holds one Timing per floor."""
-    from ..backends.registry import get_profile
-    from ..baselines.floors import PROBLEM
+    from ..backends.registry import as_profile
+    from .floors import PROBLEM
 
-    profile = get_profile(backend)
+    profile = as_profile(backend, threads)
     limits = limits or Limits()
     if profile.uses_local_gpu(tracker):
         limits = replace(limits, address_space=False)
@@ -169,7 +185,7 @@ def time_floors(
     job = Job(
         problem=PROBLEM,
         sample=0,
-        backend=backend,
+        backend=profile.name,
         spec={},
         threads=threads,
         timing=asdict(timing or TimingConfig()),
@@ -177,6 +193,7 @@ def time_floors(
         tracker=tracker,
         timeout_s=limits.timeout_s,
         task="floors",
+        backend_profile=profile.to_dict(),
     )
     if "onnxruntime" in baselines and profile.kind != "gpu":
         prepare_ort_timer(job)

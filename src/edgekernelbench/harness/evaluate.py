@@ -18,10 +18,10 @@ from ..errors import (
     ToolchainMissing,
     last_line,
 )
-from .executor import GraphError, KernelFault, KernelRunner
+from ..executor import GraphError, KernelFault
+from ..records import Correctness, Result
 from .job import Job
-from .result import Correctness, Result
-from .runner import CandidateBuildError, RunnerDied, fork_runner
+from .runner import CandidateBuildError, Runner, RunnerDied, fork_runner
 from .timing import MachineWatch, TimingConfig, paired_speedup, pin_thread, time_interleaved
 from .verify import verify_module, verify_target_attrs
 
@@ -98,75 +98,6 @@ def _compare(outs, expected, atol, rtol) -> tuple[str | None, str, list[float], 
                 rel_errs,
             )
     return None, "", abs_errs, rel_errs
-
-
-class Runner:
-    """Runs one built module both ways: kernel by kernel (sentinel-filled outputs) and through the VM."""
-
-    def __init__(self, mod, built, session, reference):
-        self.session = session
-        self.loaded = session.load(built)
-        self.kernels = KernelRunner(mod, self.loaded.kernels, session.device, session.to_device)
-        self.has_tp = "main_transform_params" in {gv.name_hint for gv in mod.functions}
-        self.reference = reference
-        weights = [session.to_device(w) for w in reference.params]
-        if self.has_tp:
-            self.tp_kernels = self.kernels.run("main_transform_params", [tuple(weights)])
-            self.tp_vm = self.loaded.call("main_transform_params", [tuple(weights)])
-        else:
-            self.tp_kernels = self.tp_vm = weights
-
-    def args(self, inputs: dict, tp) -> list:
-        return [self.session.to_device(inputs[n]) for n in self.reference.input_names] + list(tp)
-
-    def run_kernels(self, inputs, variant=0) -> list[np.ndarray]:
-        return [t.numpy() for t in self.kernels.run("main", self.args(inputs, self.tp_kernels), variant)]
-
-    def run_vm(self, inputs) -> list[np.ndarray]:
-        args = self.args(inputs, self.tp_vm)
-        before = [a.numpy().copy() for a in args]
-        outs = [t.numpy() for t in self.loaded.call("main", args)]
-        for i, (a, b) in enumerate(zip(args, before, strict=True)):
-            if not np.array_equal(a.numpy(), b, equal_nan=True):
-                raise KernelFault("input_mutated", f"main changed its argument #{i}")
-        return outs
-
-    def timer(self, inputs):
-        return self.loaded.timer("main", self.args(inputs, self.tp_vm))
-
-    def profile(self, inputs, cfg: TimingConfig) -> list[dict]:
-        """Per kernel call of main: name, FLOPs (TIR estimate) and median time, same protocol."""
-        from ..reference import kernel_flops
-
-        calls: list = []
-        self.kernels.run("main", self.args(inputs, self.tp_kernels), calls=calls)
-        timers = {
-            f"{i}:{name}": self.loaded.kernel_timer(name, args) for i, (name, args, _) in enumerate(calls)
-        }
-        times = time_interleaved(timers, cfg)
-        out = []
-        for key, t in times.items():
-            name = key.split(":", 1)[1]
-            flops = kernel_flops(self.kernels.module[name])
-            out.append({"kernel": name, "flops": flops, "median": t.median, "iqr": t.iqr})
-        total = sum(k["median"] for k in out) or 1.0
-        for k in out:
-            k["share"] = k["median"] / total
-        return out
-
-    def poisoned_time(self, inputs, repeats: int = 25) -> dict:
-        """Each kernel call of main timed alone, one call per measurement, with its outputs refilled with
-        the sentinel before every call (outside the timed region): a kernel that skips work when it finds
-        an earlier call's result in its output cannot profit. Returns {"seconds": the sum over the calls
-        of each call's median, "kernels": [...]}; a backend that cannot poison outputs between calls
-        (a remote or emulated device) raises NotImplementedError."""
-        calls: list = []
-        self.kernels.run("main", self.args(inputs, self.tp_kernels), calls=calls)
-        per = [self.loaded.poisoned_kernel_time(name, args, n_out, repeats) for name, args, n_out in calls]
-        return {
-            "seconds": float(sum(per)),
-            "kernels": [{"kernel": c[0], "median": t} for c, t in zip(calls, per, strict=True)],
-        }
 
 
 def check_correctness(runner: Runner, problem, oracle, trials: int, seed: int) -> Correctness:
@@ -253,7 +184,7 @@ def run_job(job: Job, module_source: Callable[[], object] | None = None) -> Resu
 def _run_job(job: Job, state: dict, module_source=None) -> Result:
     from ..backends.gpu import DeviceUnavailable
     from ..backends.host import LocalBackend
-    from ..backends.registry import get_backend
+    from ..backends.registry import backend_for
     from ..baselines.tvm_default import tvm_default_module
     from ..ir.replay import materialize
     from ..ir.spec import KernelSpec
@@ -263,7 +194,7 @@ def _run_job(job: Job, state: dict, module_source=None) -> Result:
 
     t_start = time.perf_counter()
     problem = get_problem(job.problem)
-    backend = get_backend(job.backend, job.threads, tracker=job.tracker)
+    backend = backend_for(job.resolved_profile(), tracker=job.tracker)
     if hasattr(backend, "session_timeout"):  # a remote device's session ends with the worker's limit
         backend.session_timeout = job.timeout_s
     res = Result(

@@ -21,8 +21,8 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from ..records import Result
 from .job import Job
-from .result import Result
 from .sandbox import Isolation
 
 # Only these variables reach a worker; everything else (API keys, tokens, credentials) stays behind.
@@ -167,11 +167,10 @@ def _readable(job: Job) -> list[str]:
 def _start(job: Job, job_dir: Path, limits: Limits, *, stdin=subprocess.DEVNULL) -> Worker:
     """Starts `python -m edgekernelbench.harness.worker` on `job` in its own sandbox (harness/sandbox.py):
     job_dir is the only place it can write; its output goes to a log file beside job_dir (not in it)."""
-    from ..backends.registry import get_profile
     from .sandbox import plan
 
     job_dir.mkdir(mode=0o700)
-    profile = get_profile(job.backend, job.threads) if job.task != "build" else None
+    profile = job.resolved_profile() if job.task != "build" else None
     remote = bool(profile and (job.tracker or profile.run == "remote"))
     gpu = bool(profile and profile.uses_local_gpu(job.tracker))
     prefix, iso = plan(str(job_dir), network=remote, extra_read=_readable(job), gpu=gpu)
@@ -386,7 +385,7 @@ def check_result(res: Result, job: Job) -> Result:
     from the rounds the judge reported; a mismatch means the judge's result was tampered with)."""
     import math
 
-    from .result import FAIL_REASONS
+    from ..records import FAIL_REASONS
     from .timing import paired_speedup
 
     def bad(why: str, reason: str = "infra") -> Result:

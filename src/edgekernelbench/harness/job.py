@@ -31,11 +31,23 @@ class Job:
     ort_timer_lib: str | None = None
     ort_timer_unavailable: str = ""
     # "evaluate" (judge the candidate) | "build" (the builder: materialize it, harness/builder.py) |
-    # "floors" (baselines/floors.py; no candidate)
+    # "floors" (harness/floors.py; no candidate)
     task: str = "evaluate"
     handoff: bool = False  # the judge gets the candidate module as JSON from the parent, via its stdin
     sandbox: dict | None = None  # Landlock paths the worker applies to itself (harness/sandbox.py)
     confirm: bool = False  # a fresh judge of an implausibly fast result: also time with poisoned outputs
+    # the backend's profile as the parent resolved it (BackendProfile.to_dict, with `threads`): the worker
+    # builds its backend from it; None (a Job written by hand): looked up by `backend` name
+    backend_profile: dict | None = None
+
+    def resolved_profile(self):
+        """The BackendProfile this job runs on: the parent's (backend_profile), else looked up by name."""
+        from ..backends.base import BackendProfile
+        from ..backends.registry import get_profile
+
+        if self.backend_profile:
+            return BackendProfile.from_dict(self.backend_profile)
+        return get_profile(self.backend, self.threads)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

@@ -15,7 +15,7 @@ reports about itself and is believed: only its outputs (checked against the orac
 profile (information for agents, not a verdict).
 
 Remote, emulated and GPU backends run the candidate outside the judge's address space already (on the
-device, under qemu, in device memory) and keep the in-process runner (`harness/evaluate.Runner`).
+device, under qemu, in device memory) and keep the in-process runner (`Runner`, below).
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ import time
 import numpy as np
 
 from ..errors import EKBError, ToolchainMissing, last_line
-from .executor import GraphError, KernelFault
+from ..executor import GraphError, KernelFault, KernelRunner
+from .timing import TimingConfig, time_interleaved
 
 MAX_FRAME = 1 << 30  # a reply larger than this is refused (a runner cannot flood the judge's memory)
 
@@ -87,11 +88,78 @@ def _inputs(d: dict) -> tuple[list[str], list[np.ndarray]]:
 
 
 # ------------------------------------------------------------------------------------------ runner side
+class Runner:
+    """Runs one built module both ways: kernel by kernel (sentinel-filled outputs) and through the VM."""
+
+    def __init__(self, mod, built, session, reference):
+        self.session = session
+        self.loaded = session.load(built)
+        self.kernels = KernelRunner(mod, self.loaded.kernels, session.device, session.to_device)
+        self.has_tp = "main_transform_params" in {gv.name_hint for gv in mod.functions}
+        self.reference = reference
+        weights = [session.to_device(w) for w in reference.params]
+        if self.has_tp:
+            self.tp_kernels = self.kernels.run("main_transform_params", [tuple(weights)])
+            self.tp_vm = self.loaded.call("main_transform_params", [tuple(weights)])
+        else:
+            self.tp_kernels = self.tp_vm = weights
+
+    def args(self, inputs: dict, tp) -> list:
+        return [self.session.to_device(inputs[n]) for n in self.reference.input_names] + list(tp)
+
+    def run_kernels(self, inputs, variant=0) -> list[np.ndarray]:
+        return [t.numpy() for t in self.kernels.run("main", self.args(inputs, self.tp_kernels), variant)]
+
+    def run_vm(self, inputs) -> list[np.ndarray]:
+        args = self.args(inputs, self.tp_vm)
+        before = [a.numpy().copy() for a in args]
+        outs = [t.numpy() for t in self.loaded.call("main", args)]
+        for i, (a, b) in enumerate(zip(args, before, strict=True)):
+            if not np.array_equal(a.numpy(), b, equal_nan=True):
+                raise KernelFault("input_mutated", f"main changed its argument #{i}")
+        return outs
+
+    def timer(self, inputs):
+        return self.loaded.timer("main", self.args(inputs, self.tp_vm))
+
+    def profile(self, inputs, cfg: TimingConfig) -> list[dict]:
+        """Per kernel call of main: name, FLOPs (TIR estimate) and median time, same protocol."""
+        from ..reference import kernel_flops
+
+        calls: list = []
+        self.kernels.run("main", self.args(inputs, self.tp_kernels), calls=calls)
+        timers = {
+            f"{i}:{name}": self.loaded.kernel_timer(name, args) for i, (name, args, _) in enumerate(calls)
+        }
+        times = time_interleaved(timers, cfg)
+        out = []
+        for key, t in times.items():
+            name = key.split(":", 1)[1]
+            flops = kernel_flops(self.kernels.module[name])
+            out.append({"kernel": name, "flops": flops, "median": t.median, "iqr": t.iqr})
+        total = sum(k["median"] for k in out) or 1.0
+        for k in out:
+            k["share"] = k["median"] / total
+        return out
+
+    def poisoned_time(self, inputs, repeats: int = 25) -> dict:
+        """Each kernel call of main timed alone, one call per measurement, with its outputs refilled with
+        the sentinel before every call (outside the timed region): a kernel that skips work when it finds
+        an earlier call's result in its output cannot profit. Returns {"seconds": the sum over the calls
+        of each call's median, "kernels": [...]}; a backend that cannot poison outputs between calls
+        (a remote or emulated device) raises NotImplementedError."""
+        calls: list = []
+        self.kernels.run("main", self.args(inputs, self.tp_kernels), calls=calls)
+        per = [self.loaded.poisoned_kernel_time(name, args, n_out, repeats) for name, args, n_out in calls]
+        return {
+            "seconds": float(sum(per)),
+            "kernels": [{"kernel": c[0], "median": t} for c, t in zip(calls, per, strict=True)],
+        }
+
+
 def _serve(sock: socket.socket, backend, session, reference) -> None:
     """The runner's loop: one request, one reply, until "quit" or the judge goes away."""
     import tvm
-
-    from .evaluate import Runner
 
     runner = None
     timer = None
@@ -131,8 +199,6 @@ def _serve(sock: socket.socket, backend, session, reference) -> None:
                     timer(1)
                     send(sock, {"ok": True})
                 elif op == "profile":
-                    from .timing import TimingConfig
-
                     send(sock, {"ok": True, "kernels": runner.profile(inputs, TimingConfig(**req["timing"]))})
                 else:  # every kernel call with fresh sentinel outputs, `repeats` times (timed by the judge)
                     for _ in range(int(req["repeats"])):
@@ -194,7 +260,7 @@ def fork_runner(backend, session, reference, sandbox: dict | None):
 
 
 class RunnerProxy:
-    """The judge's handle on the runner: the same methods as evaluate.Runner, answered by the runner
+    """The judge's handle on the runner: the same methods as Runner, answered by the runner
     process, with the candidate's timer measured here."""
 
     def __init__(self, sock: socket.socket, pid: int):

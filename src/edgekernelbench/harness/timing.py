@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .result import Timing
+from ..records import Timing
 
 
 @dataclass(frozen=True)
@@ -38,18 +38,6 @@ class TimingConfig:
     @classmethod
     def quick(cls) -> TimingConfig:
         return cls(warmup_ms=2.0, min_repeat_ms=1.0, rounds=3)
-
-
-def python_timer(fn: Callable[[], object]) -> Callable[[int], float]:
-    """Wraps a Python callable (e.g. an ONNX Runtime session run) as a contender."""
-
-    def run(number: int) -> float:
-        t0 = time.perf_counter()
-        for _ in range(number):
-            fn()
-        return (time.perf_counter() - t0) / number
-
-    return run
 
 
 def _calibrate(run: Callable[[int], float], min_repeat_ms: float) -> int:

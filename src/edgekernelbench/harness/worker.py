@@ -65,12 +65,12 @@ def main(argv: list[str]) -> int:
 
         build_candidate(job.problem, job.spec, job.candidate, job_dir)
         return 0
+    from ..records import Result
     from .evaluate import run_job
-    from .result import Result
 
     try:
-        if job.task == "floors":  # the timers' own cost (baselines/floors.py): no candidate
-            from ..baselines.floors import run_floors
+        if job.task == "floors":  # the timers' own cost (harness/floors.py): no candidate
+            from .floors import run_floors
 
             res = run_floors(job)
         else:

@@ -10,29 +10,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
+from .graph import GraphBuilder, InputSpec
+
 LEVEL_NAMES = {1: "single operators", 2: "fused subgraphs", 3: "compact models"}
-
-
-@dataclass(frozen=True)
-class InputSpec:
-    """How to draw one graph input: a distribution over a shape and dtype."""
-
-    name: str
-    shape: tuple[int, ...]
-    dtype: str
-    dist: str = "normal"  # normal | uniform | int
-    low: float = -1.0
-    high: float = 1.0
-    scale: float = 1.0
-
-    def sample(self, rng: np.random.Generator) -> np.ndarray:
-        if self.dist == "normal":
-            return (rng.standard_normal(self.shape) * self.scale).astype(self.dtype)
-        if self.dist == "uniform":
-            return rng.uniform(self.low, self.high, self.shape).astype(self.dtype)
-        if self.dist == "int":
-            return rng.integers(int(self.low), int(self.high) + 1, self.shape).astype(self.dtype)
-        raise ValueError(f"unknown input distribution {self.dist!r}")
 
 
 def specs_from_model(model: onnx.ModelProto) -> tuple[InputSpec, ...]:
@@ -76,8 +56,6 @@ class Problem:
 
     @functools.cached_property
     def _built(self) -> tuple[onnx.ModelProto, tuple[InputSpec, ...]]:
-        from .graph import GraphBuilder
-
         g = GraphBuilder(self.name, seed=self.seed)
         made = self.graph(g)  # adds nodes to g, or returns a finished model (e.g. a user's ONNX file)
         model = made if isinstance(made, onnx.ModelProto) else g.build()

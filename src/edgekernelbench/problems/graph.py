@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
-
-from .base import InputSpec
 
 OPSET = 17
 _ONNX_DTYPES = {
@@ -18,6 +17,28 @@ _ONNX_DTYPES = {
     "int32": TensorProto.INT32,
     "int64": TensorProto.INT64,
 }
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """How to draw one graph input: a distribution over a shape and dtype."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    dist: str = "normal"  # normal | uniform | int
+    low: float = -1.0
+    high: float = 1.0
+    scale: float = 1.0
+
+    def sample(self, rng: np.random.Generator) -> np.ndarray:
+        if self.dist == "normal":
+            return (rng.standard_normal(self.shape) * self.scale).astype(self.dtype)
+        if self.dist == "uniform":
+            return rng.uniform(self.low, self.high, self.shape).astype(self.dtype)
+        if self.dist == "int":
+            return rng.integers(int(self.low), int(self.high) + 1, self.shape).astype(self.dtype)
+        raise ValueError(f"unknown input distribution {self.dist!r}")
 
 
 class GraphBuilder:

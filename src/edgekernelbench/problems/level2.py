@@ -42,7 +42,7 @@ import numpy as np
 
 from .base import Problem
 from .graph import GraphBuilder
-from .registry import suite
+from .suite import suite
 
 PROBLEMS: list[Problem] = []  # the problems this module registers, in definition order
 

@@ -81,7 +81,7 @@ from onnx import numpy_helper
 
 from .base import Problem
 from .graph import GraphBuilder
-from .registry import suite
+from .suite import suite
 
 PROBLEMS: list[Problem] = []  # the problems this module registers, in definition order
 
@@ -599,7 +599,7 @@ def _run(model: str, rng: np.random.Generator, feature_stats=None, ranges=None) 
     """Builds the model (float32, or int8 with `ranges`) with a copy of `rng` (the weights of the
     graph being built) and runs it in ONNX Runtime on CALIBRATION_SAMPLES inputs; returns the writer
     and, for each of its probes and feature probes, the list of values."""
-    from ..oracle import ort_session
+    from ..onnxrt import ort_session
 
     fg = GraphBuilder(f"{model}_calibration")
     fg.rng = copy.deepcopy(rng)

@@ -1,4 +1,5 @@
-"""The problem registry: every built-in suite registers here; look-ups by id, filters by level/domain/tag."""
+"""The problem registry: look-ups by id, filters by level/domain/tag; loads the built-in suites (which
+register their problems in suite.py), the user suite and EKB_PROBLEM_MODULES."""
 
 from __future__ import annotations
 
@@ -9,42 +10,10 @@ import os
 
 from ..errors import UnknownProblem
 from .base import Problem
+from .suite import _REGISTRY
 
 log = logging.getLogger(__name__)
-_REGISTRY: dict[str, Problem] = {}
 _LOADED = False
-
-
-def register(problem: Problem) -> Problem:
-    if problem.id in _REGISTRY:
-        raise ValueError(f"problem {problem.id} registered twice")
-    if not problem.id.startswith(f"L{problem.level}/"):
-        raise ValueError(f"problem id {problem.id} must start with L{problem.level}/")
-    _REGISTRY[problem.id] = problem
-    return problem
-
-
-def suite(level: int, problems: list[Problem]):
-    """For a suite module: returns add(name, domain, category, source, graph, tags=(), **kw), which
-    registers Problem "L<level>/<name>" and appends it to `problems` (the module's list, in order)."""
-
-    def add(name, domain, category, source, graph, tags=(), **kw) -> Problem:
-        problem = register(
-            Problem(
-                id=f"L{level}/{name}",
-                level=level,
-                domain=domain,
-                category=category,
-                source=source,
-                graph=graph,
-                tags=tuple(tags),
-                **kw,
-            )
-        )
-        problems.append(problem)
-        return problem
-
-    return add
 
 
 def _load_builtin() -> None:

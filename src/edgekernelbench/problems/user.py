@@ -1,8 +1,7 @@
 """A user suite: the user's own ONNX models registered as problems, outside the built-in suite.
 
-    ekb add-model path/to/model.onnx --id my_net --domain vision [--input x=1x3x96x96]
-
-writes <suite>/<name>/model.onnx (with static input shapes) and problem.json. The suite directory is
+Each is <suite>/<name>/model.onnx (with static input shapes) and problem.json, written by `ekb add-model`
+(checks/add_model.py: TVM and the oracle check a model before it joins). The suite directory is
 $EKB_USER_SUITE, else ~/.local/share/edgekernelbench/suite. The built-in suite is never modified.
 """
 
@@ -51,7 +50,7 @@ def parse_shapes(items: list[str]) -> dict[str, tuple[int, ...]]:
     return out
 
 
-def _load(path: Path) -> onnx.ModelProto:
+def load_model(path: Path) -> onnx.ModelProto:
     if not path.is_file():
         raise ModelError(f"{path}: no such file")
     try:
@@ -63,7 +62,7 @@ def _load(path: Path) -> onnx.ModelProto:
     return model
 
 
-def _fix_shapes(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]], path: Path) -> onnx.ModelProto:
+def fix_shapes(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]], path: Path) -> onnx.ModelProto:
     inits = {i.name for i in model.graph.initializer}
     inputs = [vi for vi in model.graph.input if vi.name not in inits]
     unknown = set(shapes) - {vi.name for vi in inputs}
@@ -110,68 +109,7 @@ def _fix_shapes(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]], path
         ) from e
 
 
-def _check_tvm(model: onnx.ModelProto, path: Path) -> None:
-    from ..reference import relax_from_onnx
-
-    try:
-        relax_from_onnx(model)
-    except Exception as e:
-        msg = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
-        unsupported = [ln for ln in msg if "not supported" in ln]
-        raise ModelError(
-            f"{path}: TVM's ONNX frontend cannot import it: "
-            f"{(unsupported or msg or [type(e).__name__])[-1][:300]}"
-        ) from e
-
-
-def add_model(
-    path: Path,
-    name: str,
-    domain: str = "user",
-    level: int = 3,
-    shapes: dict | None = None,
-    atol: float = 1e-4,
-    rtol: float = 1e-4,
-    suite_dir: Path | None = None,
-) -> Problem:
-    from .registry import all_problems
-
-    path = Path(path)
-    if not NAME_RE.match(name):
-        raise ModelError(f"--id '{name}': use lower-case letters, digits and '_'")
-    problem_id = f"L{level}/{name}"
-    if any(p.id == problem_id for p in all_problems()):
-        raise ModelError(f"problem {problem_id} exists already; choose another --id")
-    model = _fix_shapes(_load(path), shapes or {}, path)
-    try:
-        onnx.checker.check_model(model, full_check=True)
-    except Exception as e:
-        raise ModelError(f"{path}: invalid ONNX model: {str(e).splitlines()[0][:300]}") from e
-    _check_tvm(model, path)
-    problem = _problem(problem_id, level, domain, f"user model {path.name}", atol, rtol, model)
-    try:
-        from ..oracle import Oracle
-
-        Oracle(problem).run(problem.sample_inputs(1))  # ONNX Runtime, or onnx.reference (integer ops)
-    except Exception as e:
-        raise ModelError(f"{path}: the oracle cannot run it: {str(e).splitlines()[0][:300]}") from e
-    target = (suite_dir or user_suite_dir()) / name
-    target.mkdir(parents=True, exist_ok=True)
-    onnx.save(model, str(target / "model.onnx"))
-    meta = {
-        "id": problem_id,
-        "level": level,
-        "domain": domain,
-        "source": problem.source,
-        "atol": atol,
-        "rtol": rtol,
-        "original": str(path.resolve()),
-    }
-    (target / "problem.json").write_text(json.dumps(meta, indent=1))
-    return problem
-
-
-def _problem(pid, level, domain, source, atol, rtol, model_or_path) -> Problem:
+def user_problem(pid, level, domain, source, atol, rtol, model_or_path) -> Problem:
     def graph(_g):
         if isinstance(model_or_path, onnx.ModelProto):
             return model_or_path
@@ -200,7 +138,7 @@ def load_user_problems(suite_dir: Path | None = None) -> list[Problem]:
         try:
             m = json.loads(meta_path.read_text())
             out.append(
-                _problem(
+                user_problem(
                     m["id"],
                     int(m["level"]),
                     m["domain"],

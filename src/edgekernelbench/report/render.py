@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 from rich.table import Table
 from rich.text import Text
 
-from ..harness.result import Result
+from ..records import Result
 from .summary import Summary, per_problem_rows
 
 __all__ = [

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from .. import metrics
-from ..harness.result import Result
+from ..records import Result
 
 __all__ = [
     "DEFAULT_BASELINES",

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import EKBError
+from .errors import EKBError
 
 
 class GraphError(EKBError):

@@ -8,7 +8,7 @@ its server is `ekb farm server` and onnxruntime is installed there; otherwise it
 the reason logged once (see baselines/onnxruntime.py).
 
 `measure_floors` measures, once per backend and thread count, the floor of each contender's timer (an
-empty kernel through exactly that timer, baselines/floors.py) and keeps it in the run store's meta."""
+empty kernel through exactly that timer, harness/floors.py) and keeps it in the run store's meta."""
 
 from __future__ import annotations
 
@@ -16,9 +16,10 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from ..backends.gpu import gpu_default_spec, require_device
+from ..backends.base import BackendProfile
+from ..backends.gpu import require_device
 from ..errors import EKBError
-from ..generators.reference_candidates import reference_spec
+from ..generators.reference_candidates import gpu_default_spec, reference_spec
 from ..harness.api import evaluate, time_floors
 from ..harness.timing import TimingConfig
 from ..store import RunStore
@@ -32,7 +33,7 @@ def device_ort_reason(tracker: str, key: str, timeout: float = 60.0) -> str | No
     """None when a device of `key` can time onnxruntime, else why not (one line)."""
     from ..backends.base import DeviceFailure
     from ..backends.rpc import request_device
-    from .onnxruntime import ORTUnavailable, device_ort_version
+    from ..baselines.onnxruntime import ORTUnavailable, device_ort_version
 
     try:
         remote, _ = request_device(tracker, key, session_timeout=timeout, wait_s=timeout)
@@ -47,19 +48,20 @@ def device_ort_reason(tracker: str, key: str, timeout: float = 60.0) -> str | No
         del remote  # ends the session: the device is free again
 
 
-def measurable(backend: str, threads: int = 1, tracker: str | None = None):
+def measurable(backend: str | BackendProfile, threads: int = 1, tracker: str | None = None):
     """(profile, tracker address when it runs on a farm device, else None); an EKBError saying why
-    when nothing can be timed on the backend here (emulated, compile-only, no local GPU)."""
-    from ..backends.registry import get_profile
+    when nothing can be timed on the backend here (emulated, compile-only, no local GPU). `backend`: a
+    profile name, or the BackendProfile the command resolved."""
+    from ..backends.registry import as_profile
     from ..backends.rpc import remote_plan
 
-    prof = get_profile(backend, threads)
+    prof = as_profile(backend, threads)
     on_device, _ = remote_plan(prof, tracker)  # the tracker's address when the profile runs on a device
     if not on_device:
         require_device(prof)  # a local GPU that is not here: one clear error
         if not prof.can_time:
             raise EKBError(
-                f"{backend} cannot time anything here (run = {prof.run}): baselines need a local device, "
+                f"{prof.name} cannot time anything here (run = {prof.run}): baselines need a local device, "
                 f"or a farm device of its rpc_key behind --tracker"
             )
     return prof, on_device
@@ -67,7 +69,7 @@ def measurable(backend: str, threads: int = 1, tracker: str | None = None):
 
 def measure_baselines(
     problems,
-    backend: str,
+    backend: str | BackendProfile,
     run_dir: Path,
     threads: int = 1,
     timing: TimingConfig | None = None,
@@ -79,6 +81,7 @@ def measure_baselines(
     onnxruntime is absent where it could not be measured)."""
     out: dict[str, dict[str, float]] = {}
     prof, on_device = measurable(backend, threads, tracker)
+    backend_name = prof.name
     gpu = prof.kind == "gpu"
     wanted = ALL[:2] if gpu else ALL  # no CPU onnxruntime against a GPU (harness/evaluate.py)
     ort_reason: list[str | None] = []  # probed once, when stored remote baselines lack onnxruntime
@@ -87,11 +90,11 @@ def measure_baselines(
     def cached_names(pid: str, have: dict) -> tuple[str, ...] | None:
         if force:
             return None
-        if all((pid, backend, n) in have for n in wanted):
+        if all((pid, backend_name, n) in have for n in wanted):
             return wanted
-        if on_device and all((pid, backend, n) in have for n in ALL[:2]):
+        if on_device and all((pid, backend_name, n) in have for n in ALL[:2]):
             if not ort_reason:
-                ort_reason.append(device_ort_reason(on_device, prof.rpc_key or backend))
+                ort_reason.append(device_ort_reason(on_device, prof.rpc_key or backend_name))
             if ort_reason[0] is not None:  # the device cannot time it: measuring again adds nothing
                 warn(ort_reason[0])
                 return ALL[:2]
@@ -100,27 +103,31 @@ def measure_baselines(
     def warn(reason: str) -> None:
         if reason not in warned:
             warned.add(reason)
-            log.warning("%s: onnxruntime not measured on the device: %s", backend, reason)
+            log.warning("%s: onnxruntime not measured on the device: %s", backend_name, reason)
 
     with RunStore(run_dir) as store:
-        have = store.baselines(backend)
+        have = store.baselines(backend_name)
         for p in problems:
             names = cached_names(p.id, have)
             if names:
-                out[p.id] = {n: have[(p.id, backend, n)]["timing"]["median"] for n in names}
+                out[p.id] = {n: have[(p.id, backend_name, n)]["timing"]["median"] for n in names}
                 if on_result:
                     on_result(p.id, True)
                 continue
             # the reference as it is; on a GPU the reference must be scheduled to build at all: dlight's
             spec = gpu_default_spec(p, prof) if gpu else reference_spec(p)
             res = evaluate(
-                p, spec, backend, threads=threads, trials=1, timing=timing, profile=True, tracker=tracker
+                p, spec, prof, threads=threads, trials=1, timing=timing, profile=True, tracker=tracker
             )
             times = {}
             if res.correct and res.runtime:
                 extra = {"threads": threads, "flops": res.flops, "bytes": res.bytes}
                 store.put_baseline(
-                    p.id, backend, "reference", res.runtime, {**extra, "kernels": res.extra.get("kernels")}
+                    p.id,
+                    backend_name,
+                    "reference",
+                    res.runtime,
+                    {**extra, "kernels": res.extra.get("kernels")},
                 )
                 times["reference"] = res.runtime.median
                 for name, t in res.baselines.items():
@@ -128,7 +135,7 @@ def measure_baselines(
                     if name == "onnxruntime":  # "host" or "device"
                         more["on"] = res.extra.get("onnxruntime_on")
                         more["output"] = res.extra.get("onnxruntime_output")  # vs the oracle (host only)
-                    store.put_baseline(p.id, backend, name, t, {**extra, **more})
+                    store.put_baseline(p.id, backend_name, name, t, {**extra, **more})
                     times[name] = t.median
                 reason = res.extra.get("not_measured", {}).get("onnxruntime")
                 if reason:
@@ -144,14 +151,14 @@ def floors_key(backend: str, threads: int) -> str:
 
 
 def measure_floors(
-    backend: str,
+    backend: str | BackendProfile,
     run_dir: Path,
     threads: int = 1,
     timing: TimingConfig | None = None,
     force: bool = False,
     tracker: str | None = None,
 ) -> dict:
-    """The floors of the contenders' timers on `backend` with `threads` threads (baselines/floors.py),
+    """The floors of the contenders' timers on `backend` with `threads` threads (harness/floors.py),
     measured in a worker the first time (or again with `force`) and kept in the run store's meta:
     {"backend", "threads", "seconds": {floor: median s/call}, "timings": {floor: Timing as a dict},
     "describe": {floor: what it timed}, "onnxruntime_timer": how ONNX Runtime was timed,
@@ -159,21 +166,21 @@ def measure_floors(
     could not be measured (not stored)."""
     from dataclasses import asdict
 
-    key = floors_key(backend, threads)
+    name = backend if isinstance(backend, str) else backend.name
+    key = floors_key(name, threads)
     with RunStore(run_dir) as store:
         have = None if force else store.get_meta(key)
     if have:
         return have
-    gpu = measurable(backend, threads, tracker)[0].kind == "gpu"  # no CPU onnxruntime against a GPU
-    res = time_floors(
-        backend, threads=threads, timing=timing, tracker=tracker, baselines=() if gpu else ALL[2:]
-    )
+    prof = measurable(backend, threads, tracker)[0]
+    gpu = prof.kind == "gpu"  # no CPU onnxruntime against a GPU
+    res = time_floors(prof, threads=threads, timing=timing, tracker=tracker, baselines=() if gpu else ALL[2:])
     if not res.correct:
         why = res.detail.splitlines()[0] if res.detail else res.reason
-        log.warning("%s: timer floors not measured: %s", backend, why)
-        return {"backend": backend, "threads": threads, "error": res.detail or res.reason}
+        log.warning("%s: timer floors not measured: %s", name, why)
+        return {"backend": name, "threads": threads, "error": res.detail or res.reason}
     out = {
-        "backend": backend,
+        "backend": name,
         "threads": threads,
         "seconds": {n: t.median for n, t in res.baselines.items()},
         "timings": {n: asdict(t) for n, t in res.baselines.items()},

@@ -19,9 +19,9 @@ from __future__ import annotations
 import time
 from types import SimpleNamespace
 
-from ..harness.job import Job
-from ..harness.result import Result
-from ..harness.timing import TimingConfig, time_interleaved
+from ..records import Result
+from .job import Job
+from .timing import TimingConfig, time_interleaved
 
 PROBLEM = "floors"  # the Result's problem field
 TVM = "tvm"
@@ -64,11 +64,11 @@ def run_floors(job: Job) -> Result:
     import numpy as np
 
     from ..backends.gpu import DeviceUnavailable
-    from ..backends.registry import get_backend
-    from .tvm_default import tvm_default_module
+    from ..backends.registry import backend_for
+    from ..baselines.tvm_default import tvm_default_module
 
     t_start = time.perf_counter()
-    backend = get_backend(job.backend, job.threads, tracker=job.tracker)
+    backend = backend_for(job.resolved_profile(), tracker=job.tracker)
     if hasattr(backend, "session_timeout"):  # a remote device's session ends with the worker's limit
         backend.session_timeout = job.timeout_s
     res = Result(problem=PROBLEM, sample=0, backend=job.backend)
@@ -99,14 +99,14 @@ def run_floors(job: Job) -> Result:
 
 
 def _ort_floors(job: Job, backend, session, inputs: dict, contenders: dict, res: Result, gpu: bool) -> None:
-    from ..oracle import ort_session
-    from .onnxruntime import (
+    from ..baselines.onnxruntime import (
         ORTUnavailable,
         iobinding_timer,
         ort_contender,
         remote_ort_timer,
         session_run_timer,
     )
+    from ..onnxrt import ort_session
 
     model = SimpleNamespace(model=identity_model())
     if gpu:

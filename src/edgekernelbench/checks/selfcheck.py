@@ -44,7 +44,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from .base import Problem
+from ..problems import Problem
 
 MIN_ABS = 1e-3
 MIN_REL_STD = 1e-3

@@ -5,6 +5,8 @@ Layout of a run directory:
     RUN_DIR/candidates/<problem id>/sample<k>.json   KernelSpec (decisions, optional module)
     RUN_DIR/results.db                               the run store (SQLite)
 e.g. RUN_DIR/candidates/L1/dwconv3x3_kws/sample0.py
+
+`ekb baseline` (the baselines and timer floors kept in a run store) is runs/baselines.py.
 """
 
 from __future__ import annotations
@@ -19,17 +21,18 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import metrics
-from .backends.peak import profile_peak
-from .errors import MalformedCandidate, RunDirError
-from .harness.api import evaluate
-from .harness.isolation import Limits
-from .harness.job import DEFAULT_BASELINES
-from .harness.result import Result
-from .harness.timing import TimingConfig
-from .ir.spec import load_candidate
-from .problems import get_problem
-from .store import RunStore
+from .. import metrics
+from ..backends.base import BackendProfile
+from ..backends.peak import profile_peak
+from ..errors import MalformedCandidate, RunDirError
+from ..harness.api import evaluate
+from ..harness.isolation import Limits
+from ..harness.job import DEFAULT_BASELINES
+from ..harness.timing import TimingConfig
+from ..ir.spec import load_candidate
+from ..problems import get_problem
+from ..records import Result
+from ..store import RunStore
 
 log = logging.getLogger(__name__)
 SAMPLE_RE = re.compile(r"^sample(\d+)\.(py|json|tvmscript)$")
@@ -87,15 +90,24 @@ class EvalConfig:
     tracker: str | None = None  # TVM RPC tracker HOST:PORT for profiles with an rpc_key (backends/rpc.py)
     device_retries: int = 2  # a remote device lost mid-item: run the item again on another device
     jobs: int | None = None  # candidates judged at once where nothing is timed here (None: local_jobs)
+    # name -> BackendProfile as its file defines it: each backend's profile, resolved once for the command
+    # (the CLI fills it; `profile` resolves a missing one once) and passed down to evaluate() and its workers
+    profiles: dict[str, BackendProfile] = field(default_factory=dict)
+
+    def profile(self, backend: str) -> BackendProfile:
+        """The backend's profile, with this run's thread count."""
+        if backend not in self.profiles:
+            from ..backends.registry import get_profile
+
+            self.profiles[backend] = get_profile(backend)
+        return self.profiles[backend].with_threads(self.threads)
 
 
 def local_jobs(backend: str, cfg: EvalConfig) -> int:
     """Workers at once for a backend judged on this machine. One while it times anything here (a
     second worker would disturb the timings); otherwise (emulated or compile-only backends, or
     --no-measure) cfg.jobs, by default as many as the cores allow at cfg.threads each (at most 4)."""
-    from .backends.registry import get_profile
-
-    profile = get_profile(backend, cfg.threads)
+    profile = cfg.profile(backend)
     if cfg.measure and profile.can_time:
         return 1
     if cfg.jobs:
@@ -125,7 +137,7 @@ def evaluate_ref(
     return evaluate(
         ref.problem,
         spec,
-        backend,
+        cfg.profile(backend),
         sample=ref.sample,
         threads=cfg.threads,
         trials=cfg.trials,
@@ -144,22 +156,19 @@ def evaluate_ref(
 def preflight(backends: list[str], cfg: EvalConfig) -> None:
     """What would stop a backend midway, checked for all of them before any is run: a local GPU
     profile without its device (one clear error instead of a run that stops after the first backends)."""
-    from .backends.gpu import require_device
-    from .backends.registry import get_profile
+    from ..backends.gpu import require_device
 
     for backend in backends:
-        require_device(get_profile(backend, cfg.threads), cfg.tracker)
+        require_device(cfg.profile(backend), cfg.tracker)
 
 
 def device_plan(backend: str, cfg: EvalConfig) -> tuple[str | None, int]:
     """(tracker, devices) when `backend` runs on remote devices (its profile's rpc_key has devices on the
     tracker, or its run is "remote"); (None, 1) for a local or emulated backend."""
-    from .backends.registry import get_profile
-
-    profile = get_profile(backend, cfg.threads)
+    profile = cfg.profile(backend)
     if not (cfg.tracker or profile.run == "remote"):
         return None, 1
-    from .backends.rpc import remote_plan
+    from ..backends.rpc import remote_plan
 
     tracker, n = remote_plan(profile, cfg.tracker)
     return (tracker, max(1, n)) if tracker else (None, 1)
@@ -174,7 +183,7 @@ def _evaluate_all(todo, backend, cfg, tracker, workers, peak=None):
         return
     from concurrent.futures import ThreadPoolExecutor, as_completed
 
-    from .harness.isolation import prepare_fork
+    from ..harness.isolation import prepare_fork
 
     prepare_fork()  # what the workers' preexec_fn needs, resolved before threads start forking
 
@@ -222,7 +231,7 @@ def eval_run(
                 workers = local_jobs(backend, cfg)
             if on_start:
                 on_start(backend, len(todo))
-            peak = backend_peak(store, backend, cfg.threads) if cfg.measure and todo else None
+            peak = backend_peak(store, cfg.profile(backend), cfg.threads) if cfg.measure and todo else None
             for _ref, res in _evaluate_all(todo, backend, cfg, tracker, workers, peak):
                 if peak and res.correct and res.runtime:
                     res.extra["roofline"] = metrics.roofline(
@@ -242,22 +251,22 @@ def eval_run(
     return counts
 
 
-def backend_peak(store: RunStore, backend: str, threads: int) -> dict | None:
+def backend_peak(store: RunStore, backend: str | BackendProfile, threads: int) -> dict | None:
     """The backend's peaks for the roofline: the profile's when measured by `ekb peak` (same thread
     count), else measured here once per run directory (cached in the run store's meta; a record cached
     before per-level bandwidths existed has no "levels" and still serves, as one memory roof), else the
     profile's datasheet figures when the backend cannot be measured here."""
-    from .backends.registry import get_profile
+    from ..backends.registry import as_profile
 
-    profile = get_profile(backend, threads)
+    profile = as_profile(backend, threads)
     peak = profile_peak(profile, threads)
     if peak:
         return peak
-    key = f"peak:{backend}:{threads}"
+    key = f"peak:{profile.name}:{threads}"
     cached = store.get_meta(key)
     if cached:
         return cached
-    peak = measure_peak_isolated(backend, threads)
+    peak = measure_peak_isolated(profile, threads)
     if peak:
         store.set_meta(key, peak)
     elif profile.peak_flops and profile.peak_bandwidth:
@@ -270,18 +279,18 @@ def backend_peak(store: RunStore, backend: str, threads: int) -> dict | None:
     return peak
 
 
-def measure_peak_isolated(backend: str, threads: int, mib: int | None = None) -> dict | None:
+def measure_peak_isolated(backend: str | BackendProfile, threads: int, mib: int | None = None) -> dict | None:
     """Measures the backend's peaks with backends/peak.py in a fresh process whose thread pool has
     `threads` threads (local backends, CPU or GPU; None otherwise or on failure): FLOP/s and the
     bandwidth of each memory level (cache sizes from sysfs, else the profile's caches table).
     `mib`: DRAM buffer (None: automatic)."""
-    from .backends.host import resolve_target
-    from .backends.registry import get_profile
+    from ..backends.host import resolve_target
+    from ..backends.registry import as_profile
 
-    profile = get_profile(backend, threads)
+    profile = as_profile(backend, threads)
     if profile.run != "local":
         return None
-    from .harness.isolation import ENV_ALLOW
+    from ..harness.isolation import ENV_ALLOW
 
     env = {k: v for k, v in os.environ.items() if k in ENV_ALLOW}  # PATH, a GPU's libraries, ...
     env.update(TVM_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
@@ -300,5 +309,5 @@ def measure_peak_isolated(backend: str, threads: int, mib: int | None = None) ->
         out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, check=True).stdout
         return json.loads(out.strip().splitlines()[-1])
     except (subprocess.SubprocessError, json.JSONDecodeError, IndexError) as e:
-        log.warning("peak measurement failed on %s: %s", backend, e)
+        log.warning("peak measurement failed on %s: %s", profile.name, e)
         return None

@@ -1,4 +1,5 @@
-"""The Result record: what the harness found out about one candidate on one backend."""
+"""Shared record types: the Result of judging one candidate on one backend, its Timing and Correctness,
+and the failure reasons. Every layer may import this module; it imports nothing of edgekernelbench."""
 
 from __future__ import annotations
 
