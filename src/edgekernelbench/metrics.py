@@ -479,3 +479,19 @@ def roofline(
     if r.fraction is not None and r.fraction > 1.0:
         r = replace(r, flag="above_roof", reason=_above_roof_reason(r, bytes, peak_flops))
     return r
+
+
+def result_roofline(result: Result, peak: dict | None, bytes_written: float | None = None) -> dict | None:
+    """`roofline` of a timed, correct result on a backend's peak record (runs.backend_peak: "flops",
+    "bandwidth", "levels"), as the dict kept in ``Result.extra["roofline"]``; None when it has no time."""
+    if not (peak and result.correct and result.runtime):
+        return None
+    return roofline(
+        result.flops,
+        result.bytes,
+        result.runtime.median,
+        peak["flops"],
+        peak["bandwidth"],
+        peak.get("levels"),  # absent in records from before per-level peaks
+        bytes_written,
+    ).to_dict()

@@ -7,6 +7,9 @@
     meta(key, value JSON)
     generations(problem, sample, record JSON, created)                  key (problem, sample)
       (one record per LLM-generated sample: model, template + hash, tokens, cost, error; llm/generate.py)
+    agent_steps(problem, method, step, record JSON, created)           key (problem, method, step)
+      (an agent's trajectory: kernel, layer, proposal, verdict, budget used; agents/)
+    agent_runs(problem, method, record JSON, created)                  key (problem, method)
 
 The database runs in WAL mode with ``synchronous=NORMAL`` and every write is its own committed
 transaction, so a process killed mid-run (even by SIGKILL) loses at most the item it was
@@ -64,6 +67,21 @@ _SCHEMA = (
         record TEXT NOT NULL,
         created REAL NOT NULL,
         PRIMARY KEY (problem, sample)
+    )""",
+    """CREATE TABLE IF NOT EXISTS agent_steps (
+        problem TEXT NOT NULL,
+        method TEXT NOT NULL,
+        step INTEGER NOT NULL,
+        record TEXT NOT NULL,
+        created REAL NOT NULL,
+        PRIMARY KEY (problem, method, step)
+    )""",
+    """CREATE TABLE IF NOT EXISTS agent_runs (
+        problem TEXT NOT NULL,
+        method TEXT NOT NULL,
+        record TEXT NOT NULL,
+        created REAL NOT NULL,
+        PRIMARY KEY (problem, method)
     )""",
 )
 
@@ -296,6 +314,43 @@ class RunStore:
         return [json.loads(r) for (r,) in rows]
 
     # --- meta ----------------------------------------------------------------------------------
+
+    def put_agent_step(self, problem: str, method: str, step: int, record: dict) -> None:
+        """One step of an agent's trajectory (agents/): kernel, layer, proposal, verdict, budget used."""
+        with self._db:
+            self._db.execute(
+                "INSERT OR REPLACE INTO agent_steps (problem, method, step, record, created) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (problem, method, int(step), _dumps(record), time.time()),
+            )
+
+    def agent_steps(self, problem: str | None = None, method: str | None = None) -> list[dict]:
+        rows = self._db.execute(
+            "SELECT problem, method, step, record FROM agent_steps ORDER BY problem, method, step"
+        ).fetchall()
+        return [
+            {"problem": p, "method": m, "step": k, **json.loads(r)}
+            for p, m, k, r in rows
+            if (problem is None or p == problem) and (method is None or m == method)
+        ]
+
+    def clear_agent_steps(self, problem: str, method: str) -> None:
+        """An interrupted (problem, method) starts over: its partial trajectory goes."""
+        with self._db:
+            self._db.execute("DELETE FROM agent_steps WHERE problem = ? AND method = ?", (problem, method))
+
+    def put_agent_run(self, problem: str, method: str, record: dict) -> None:
+        """How one method did on one problem: budget used (calls, evaluations, tokens, cost, wall time),
+        why it stopped, its final sample."""
+        with self._db:
+            self._db.execute(
+                "INSERT OR REPLACE INTO agent_runs (problem, method, record, created) VALUES (?, ?, ?, ?)",
+                (problem, method, _dumps(record), time.time()),
+            )
+
+    def agent_runs(self) -> dict[tuple[str, str], dict]:
+        rows = self._db.execute("SELECT problem, method, record FROM agent_runs").fetchall()
+        return {(p, m): json.loads(r) for p, m, r in rows}
 
     def set_meta(self, key: str, value: Any) -> None:
         """Stores a JSON-serializable value under `key` (replacing the previous value)."""

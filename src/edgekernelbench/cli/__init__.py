@@ -9,7 +9,7 @@ import sys
 import click
 
 from ..errors import EKBError
-from . import backends, evaluate, farm, generate, problems, report
+from . import agent, backends, evaluate, farm, generate, problems, report
 from .evaluate import demo
 
 
@@ -43,6 +43,8 @@ for _command in (
     backends.peak,
     evaluate.demo,
     farm.farm,
+    agent.agent_cmd,
+    agent.db,
 ):
     cli.add_command(_command)
 

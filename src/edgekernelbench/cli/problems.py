@@ -23,6 +23,7 @@ from .common import console, err_console
 def list_cmd(level, domain, category, tag, as_json):
     """List the problems of the suite."""
     from ..problems import select
+    from ..problems.registry import tags_of
 
     probs = select(level=level, domain=domain, tag=tag, category=category)
     if as_json:
@@ -35,7 +36,7 @@ def list_cmd(level, domain, category, tag, as_json):
                         "domain": p.domain,
                         "category": p.category,
                         "source": p.source,
-                        "tags": list(p.tags),
+                        "tags": list(tags_of(p)),
                     }
                     for p in probs
                 ],
@@ -47,7 +48,7 @@ def list_cmd(level, domain, category, tag, as_json):
     for c in ("id", "category", "domain", "source", "tags"):
         t.add_column(c, overflow="fold")
     for p in probs:
-        t.add_row(Text(p.id), p.category, p.domain, Text(p.source), Text(",".join(p.tags)))
+        t.add_row(Text(p.id), p.category, p.domain, Text(p.source), Text(",".join(tags_of(p))))
     console.print(t)
 
 

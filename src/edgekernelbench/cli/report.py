@@ -43,7 +43,22 @@ def _print_report(run_dir: Path, p: float = 1.0, per_problem: bool = False):
                 console.print(table)
     for line in _generation_lines(run_dir):
         console.print(Text(line), soft_wrap=True)
+    rows = _agent_rows(run_dir, p)
+    if rows:
+        from ..report.agents import render_methods
+
+        console.print(render_methods(rows, p))
     return summary
+
+
+def _agent_rows(run_dir: Path, p: float) -> list:
+    """The method comparison of a run made by `ekb agent` (empty for other runs)."""
+    from ..report.agents import method_rows
+    from ..store import RunStore
+
+    with RunStore(run_dir) as store:
+        runs, steps, results = store.agent_runs(), store.agent_steps(), store.results()
+    return method_rows(results, runs, steps, p) if runs else []
 
 
 def inexact_baseline_lines(results, baselines) -> list[str]:
@@ -125,7 +140,13 @@ def _generation_lines(run_dir: Path) -> list[str]:
 @click.option("--per-problem", is_flag=True, help="Also print one row per sample.")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write the summary as JSON here.")
 @click.option("--csv", "csv_path", type=click.Path(path_type=Path), help="Write the summary as CSV here.")
-def report(run_dir, p, per_problem, json_path, csv_path):
+@click.option(
+    "--anytime",
+    "anytime_path",
+    type=click.Path(path_type=Path),
+    help="Write the agents' anytime curves (best speedup after each judge evaluation) here: .json or .csv.",
+)
+def report(run_dir, p, per_problem, json_path, csv_path, anytime_path):
     """Correct@1 / Fast@p per level and overall, against each baseline."""
     from ..report.render import to_csv, to_json
 
@@ -148,6 +169,23 @@ def report(run_dir, p, per_problem, json_path, csv_path):
             by_method = summaries_by_method(store.results())
         if len(by_method) > 1:
             data["by_method"] = {m: json.loads(to_json(sub)) for m, sub in by_method.items()}
+        rows = _agent_rows(run_dir, p)
+        if rows:
+            data["agents"] = [r.to_dict() for r in rows]
         json_path.write_text(json.dumps(data, indent=1))
     if csv_path:
         csv_path.write_text(to_csv(summary))
+    if anytime_path:
+        _write_anytime(run_dir, anytime_path)
+
+
+def _write_anytime(run_dir: Path, path: Path) -> None:
+    from ..report.agents import anytime_csv, anytime_curves
+    from ..store import RunStore
+
+    with RunStore(run_dir) as store:
+        curves = anytime_curves(store.agent_steps())
+    if not curves:
+        raise EKBError(f"{run_dir}: no agent trajectories here (made by `ekb agent`)")
+    text = anytime_csv(curves) if path.suffix.lower() == ".csv" else json.dumps(curves, indent=1)
+    path.write_text(text)

@@ -502,29 +502,34 @@ def _has_if_then_else(sch, name: str) -> bool:
     return bool(f(sch.get(sch.get_sblock(name)))) if f is not None else True
 
 
-def schedule_contraction(
-    rec,
-    facts: FuncFacts,
-    lanes: int,
-    *,
-    cache: bool = True,
-    inline_pad: bool = False,
-    parallel: bool = False,
-    annotate: bool = True,
-    max_vectors: int = MAX_VEC_TILE,
-    acc_vectors: int = ACC_VECTORS,
-) -> dict:
-    """Conv / depthwise / pointwise / dense / matmul / windowed pool: one reduction block with
-    injective producers (padding, casts) and consumers (bias, activation, requantize).
+@dataclass
+class TilePlan:
+    """The register tile of a contraction: [outer spatial] x [reduction] x [unroll tile] x [vector tile]."""
 
-    Tile: [outer spatial (fused)] x [reduction] x [unrolled axis] x [vectorized axis]; the unrolled
-    and vectorized tiles hold `acc_vectors` vector accumulators (cache_write "local")."""
-    sch = rec.sch
+    block: BlockFacts
+    groups: list[AxisGroup]
+    gv: AxisGroup  # the vectorized axis (group)
+    gu: AxisGroup | None  # the unrolled axis, if any
+    vt: int  # vector tile (elements)
+    ut: int  # unroll tile
+    lanes: int
+    gather: bool  # the vectorized axis gathers in some read: one vector per tile, no auto-unroll
+
+    @property
+    def nvec(self) -> int:
+        return -(-self.vt // self.lanes)
+
+
+def contraction_plan(
+    facts: FuncFacts, lanes: int, max_vectors: int = MAX_VEC_TILE, acc_vectors: int = ACC_VECTORS
+) -> TilePlan:
+    """The tile `schedule_contraction` uses for these parameters (raises Skip when none fits)."""
     b = facts.block(facts.main)
     if not b.loops_match_iters:
         raise Skip("loops do not bind the block's iter vars one to one")
     lanes = _lanes(lanes, b)
     groups = axis_groups(b, lanes)
+    gather = False
     for _ in range(2):
         gv, v_score = choose_vector_group(groups)
         if gv is None or v_score <= 0:
@@ -538,7 +543,7 @@ def schedule_contraction(
         if any(st is None or abs(st) > 2 for st in gv.reads):
             # a gathered read: one vector per tile, no auto-unroll (LLVM's compile time explodes
             # on unrolled wide gathers: minutes for a 64x64 global pool)
-            max_vectors, annotate = 1, False
+            max_vectors, gather = 1, True
         gu = choose_unroll_group(groups, gv)
         vt = vec_tile(gv.extent, lanes, max_vectors if gu is None else min(2, max_vectors), gv.tiles())
         if len(gv.members) == 1 or vt > gv.extents[-1]:
@@ -548,6 +553,32 @@ def schedule_contraction(
         groups[k : k + 1] = [_single(b, i) for i in gv.members]
     nvec = -(-vt // lanes)
     ut = max(t for t in gu.tiles() if t <= max(1, acc_vectors // nvec)) if gu is not None else 1
+    return TilePlan(b, groups, gv, gu, vt, ut, lanes, gather)
+
+
+def schedule_contraction(
+    rec,
+    facts: FuncFacts,
+    lanes: int,
+    *,
+    cache: bool = True,
+    inline_pad: bool = False,
+    parallel: bool = False,
+    annotate: bool = True,
+    max_vectors: int = MAX_VEC_TILE,
+    acc_vectors: int = ACC_VECTORS,
+    unroll_step: int = AUTO_UNROLL_STEP,
+) -> dict:
+    """Conv / depthwise / pointwise / dense / matmul / windowed pool: one reduction block with
+    injective producers (padding, casts) and consumers (bias, activation, requantize).
+
+    Tile: [outer spatial (fused)] x [reduction] x [unrolled axis] x [vectorized axis]; the unrolled
+    and vectorized tiles hold `acc_vectors` vector accumulators (cache_write "local"). `unroll_step`:
+    the auto-unroll annotation of the target layer (0: none)."""
+    sch = rec.sch
+    plan = contraction_plan(facts, lanes, max_vectors, acc_vectors)
+    b, groups, gv, gu, vt, ut, lanes = plan.block, plan.groups, plan.gv, plan.gu, plan.vt, plan.ut, plan.lanes
+    annotate = annotate and not plan.gather and unroll_step > 0
     info: dict = {
         "vector_axis": gv.members,
         "vector_tile": vt,
@@ -623,7 +654,7 @@ def schedule_contraction(
             _vectorize_tail(sch, sch.get_sblock(wb_name), lanes)
     if annotate and fused is not None:
         with rec.layer("target"):
-            sch.annotate(fused, "pragma_auto_unroll_max_step", AUTO_UNROLL_STEP)
+            sch.annotate(fused, "pragma_auto_unroll_max_step", unroll_step)
             sch.annotate(fused, "pragma_unroll_explicit", 1)
     return info
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from ..backends.base import BackendProfile
 from ..ir.spec import KernelSpec, load_candidate
 from ..records import Result
+from .confine import confine_command
 from .isolation import Limits, run_in_worker
 from .job import DEFAULT_BASELINES, Job
 from .timing import TimingConfig
@@ -21,6 +22,7 @@ __all__ = [
     "Limits",
     "TimingConfig",
     "check_plausible",
+    "confine_command",
     "evaluate",
     "time_floors",
 ]

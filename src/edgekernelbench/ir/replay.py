@@ -156,12 +156,16 @@ class LayerRecorder:
 
 def split_flat_trace(trace: list) -> dict[str, list]:
     """Splits a flat trace into monotone phases: a layer runs from its first characteristic
-    instruction until the next layer's first; lookup-only instructions stay in the current phase."""
+    instruction until the next layer's first; lookup-only instructions stay in the current phase, and so
+    do MetaSchedule's hints to its own postprocessors (annotations "meta_schedule.*": a tiling structure,
+    the parallel / vectorize / unroll limits), which it sets right after looking a block up."""
     order = {name: i for i, name in enumerate(SCHEDULE_LAYERS)}
     insts, decisions = trace
     current, bounds = 0, []
     for inst in insts:
         kind_layer = 2 if inst[0] in TARGET_KINDS else 1 if inst[0] in MEMORY_KINDS else 0
+        if inst[0] in ("Annotate", "Unannotate") and str((inst[2] or [""])[0]).startswith("meta_schedule."):
+            kind_layer = 0
         current = max(current, kind_layer)
         bounds.append(current)
     out = {}

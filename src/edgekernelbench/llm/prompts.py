@@ -18,6 +18,7 @@ from ..backends.host import resolve_target
 
 TEMPLATE_DIR = Path(__file__).parent / "templates"
 TRACKS = ("direct", "schedule")
+AGENT_TEMPLATES = ("leka_layer", "flat_feedback", "cli_task")  # agents/: one layer; feedback; a workspace
 SHARED_TEMPLATES = ("tvm_facts.j2",)
 SYSTEM = "You write correct, fast Apache TVM 0.27 code. Follow the output format exactly."
 _VERSION_RE = re.compile(r"template:\s*(\w+),\s*version\s*(\d+)")
@@ -48,8 +49,8 @@ class Prompt:
 
 def template_info(track: str) -> tuple[int, str]:
     """(version, hash) of a track's template (hash over it and the shared templates it includes)."""
-    if track not in TRACKS:
-        raise ValueError(f"unknown track {track!r}; tracks: {TRACKS}")
+    if track not in TRACKS + AGENT_TEMPLATES:
+        raise ValueError(f"unknown template {track!r}; tracks: {TRACKS}, agent templates: {AGENT_TEMPLATES}")
     text = (TEMPLATE_DIR / f"{track}.j2").read_text()
     m = _VERSION_RE.search(text.splitlines()[0])
     if not m or m.group(1) != track:
@@ -126,3 +127,10 @@ def build_prompt(problem, profile, track: str = "direct") -> Prompt:
     version, thash = template_info(track)
     user = _env().get_template(f"{track}.j2").render(**prompt_context(problem, profile))
     return Prompt(track, SYSTEM, user.strip() + "\n", track, version, thash)
+
+
+def render_prompt(template: str, problem, profile, **extra) -> Prompt:
+    """An agent's prompt (AGENT_TEMPLATES) for `problem` on `profile`, with the template's own variables."""
+    version, thash = template_info(template)
+    user = _env().get_template(f"{template}.j2").render(**prompt_context(problem, profile), **extra)
+    return Prompt(template, SYSTEM, user.strip() + "\n", template, version, thash)

@@ -91,6 +91,14 @@ class Request:
     problem: str = ""
     sample: int = 0
     prompt_hash: str = ""
+    # earlier turns of a conversation, oldest first: [{"role": "user" | "assistant", "content": str}]
+    history: list = field(default_factory=list)
+
+    def messages(self) -> list[dict]:
+        return [
+            *({"role": m["role"], "content": m["content"]} for m in self.history),
+            {"role": "user", "content": self.user},
+        ]
 
 
 @dataclass
@@ -212,7 +220,7 @@ class OpenAIProvider(_SDKProvider):
         kwargs = _supported(self.client.chat.completions.create, kwargs, self.ref.label)
         r = self.client.chat.completions.create(
             model=self.ref.model,
-            messages=[{"role": "system", "content": req.system}, {"role": "user", "content": req.user}],
+            messages=[{"role": "system", "content": req.system}, *req.messages()],
             **kwargs,
         )
         if isinstance(r, str) or not getattr(r, "choices", None):
@@ -253,7 +261,7 @@ class AnthropicProvider(_SDKProvider):
         r = self.client.messages.create(
             model=self.ref.model,
             system=req.system,
-            messages=[{"role": "user", "content": req.user}],
+            messages=req.messages(),
             max_tokens=int(params.get("max_tokens") or 8192),
             **kwargs,
         )

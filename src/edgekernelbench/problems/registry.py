@@ -56,24 +56,44 @@ def get_problem(problem_id: str) -> Problem:
     raise UnknownProblem(f"unknown problem '{problem_id}'{hint}")
 
 
+def tags_of(p: Problem) -> tuple[str, ...]:
+    """A problem's tags, with the names of the subsets it belongs to (problems/subsets.py: "agent")."""
+    from .subsets import SUBSETS
+
+    return (*p.tags, *(name for name, members in SUBSETS.items() if p.id in members and name not in p.tags))
+
+
 def select(
     level: int | None = None,
     domain: str | None = None,
     tag: str | None = None,
     category: str | None = None,
     ids: list[str] | None = None,
+    subset: str | None = None,
 ) -> list[Problem]:
-    if ids:
+    """Problems by id, or those matching every filter given; `subset` names a fixed list (problems/subsets.py:
+    "agent"), in that list's order."""
+    pool = all_problems()
+    if subset is not None:
+        from .subsets import SUBSETS
+
+        if subset not in SUBSETS:
+            raise UnknownProblem(f"unknown subset '{subset}' (subsets: {', '.join(sorted(SUBSETS))})")
+        pool = [get_problem(i) for i in SUBSETS[subset]]
+        if ids:
+            wanted = {get_problem(i).id for i in ids}
+            pool = [p for p in pool if p.id in wanted]
+    elif ids:
         return [get_problem(i) for i in ids]
     out = []
-    for p in all_problems():
+    for p in pool:
         if level is not None and p.level != level:
             continue
         if domain and p.domain != domain:
             continue
         if category and p.category != category:
             continue
-        if tag and tag not in p.tags:
+        if tag and tag not in tags_of(p):
             continue
         out.append(p)
     return out

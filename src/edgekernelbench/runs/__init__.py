@@ -233,16 +233,9 @@ def eval_run(
                 on_start(backend, len(todo))
             peak = backend_peak(store, cfg.profile(backend), cfg.threads) if cfg.measure and todo else None
             for _ref, res in _evaluate_all(todo, backend, cfg, tracker, workers, peak):
-                if peak and res.correct and res.runtime:
-                    res.extra["roofline"] = metrics.roofline(
-                        res.flops,
-                        res.bytes,
-                        res.runtime.median,
-                        peak["flops"],
-                        peak["bandwidth"],
-                        peak.get("levels"),  # absent in records from before per-level peaks
-                        get_problem(res.problem).cost.bytes_written,
-                    ).to_dict()
+                roof = metrics.result_roofline(res, peak, get_problem(res.problem).cost.bytes_written)
+                if roof:
+                    res.extra["roofline"] = roof
                 store.put(res)
                 counts["evaluated"] += 1
                 counts["correct"] += int(res.correct)

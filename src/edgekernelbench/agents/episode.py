@@ -1,0 +1,197 @@
+"""One method on one problem: its configuration, its budget, its trajectory and its best candidate.
+
+Every candidate goes to the judge through `Episode.judge` (harness.api.evaluate, the same judge as
+`ekb eval`), which charges one evaluation, records the step in the run store (agent_steps: kernel, layer,
+proposal, verdict, seconds, budget used, best speedup so far) and keeps the best correct candidate. An
+agent never judges: it reads the Result."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..harness.api import DEFAULT_BASELINES, Limits, TimingConfig, evaluate
+from ..ir.spec import KernelSpec
+from ..records import Result
+from .budget import Budget, Usage
+
+log = logging.getLogger(__name__)
+OBJECTIVE = "tvm-default"  # what "faster" means inside an agent: the paired speedup over this baseline
+
+
+@dataclass
+class AgentConfig:
+    backend: object  # the BackendProfile, resolved once by the caller (with the run's thread count)
+    threads: int = 1
+    trials: int = 5  # the judge's correctness trials (`ekb agent --check-trials`)
+    seed: int = 0
+    timing: TimingConfig = field(default_factory=TimingConfig)
+    final_timing: TimingConfig | None = field(default_factory=TimingConfig)  # None: as `timing`
+    baselines: tuple[str, ...] = DEFAULT_BASELINES
+    limits: Limits | None = None
+    peak: dict | None = None  # the backend's peaks, for the judge's plausibility check
+    budget: Budget = field(default_factory=Budget)
+    model: str | None = None  # None: the offline (builtin) proposer
+    temperature: float | None = 0.2
+    max_tokens: int = 8192
+    use_cache: bool = True
+    cache_path: Path | None = None
+    agent_cmd: str | None = None  # the external coding agent's command line (method "cli")
+    kernel_db: Path | None = None  # None: kerneldb.default_db_path()
+    reuse: bool = True  # LEKA replays stored decisions before it spends budget
+    tune_trials: int | None = None  # MetaSchedule's measured trials per problem (None: budget.evals)
+
+
+def score(res: Result) -> float | None:
+    """How good a result is for an agent: its speedup over tvm-default when correct and plausible."""
+    if not res.correct or (res.extra.get("plausibility") or {}).get("status") == "implausible":
+        return None
+    s = res.speedups.get(OBJECTIVE)
+    return float(s) if s is not None else (1.0 if res.runtime is None else None)
+
+
+def profile_rows(res: Result) -> list[dict]:
+    """The candidate's time per kernel call (the judge's per-kernel profile), largest share first."""
+    rows = []
+    for k in res.extra.get("kernels") or []:
+        us = float(k.get("median") or 0.0) * 1e6
+        flops = k.get("flops")
+        gflops = (flops / (us * 1e-6) / 1e9) if flops and us > 0 else None
+        rows.append(
+            {"kernel": k["kernel"], "share": float(k.get("share") or 0.0), "us": us, "gflops": gflops}
+        )
+    return sorted(rows, key=lambda r: -r["share"])
+
+
+def verdict_text(res: Result) -> str:
+    """The judge's verdict in one line, for feedback and the trajectory."""
+    if res.correct:
+        s = ", ".join(f"{b} {v:.3f}x" for b, v in sorted(res.speedups.items()))
+        plaus = (res.extra.get("plausibility") or {}).get("status")
+        extra = f"; {plaus}" if plaus and plaus != "plausible" else ""
+        return f"correct; speedups {s or 'not measured'}{extra}"
+    return f"{res.reason}: {(res.detail or '').strip().splitlines()[0][:300] if res.detail else ''}"
+
+
+class Episode:
+    def __init__(self, problem, method: str, cfg: AgentConfig, store, run_dir: Path):
+        self.problem, self.method, self.cfg, self.store, self.run_dir = (
+            problem,
+            method,
+            cfg,
+            store,
+            Path(run_dir),
+        )
+        self.usage = Usage(cfg.budget)
+        self.steps = 0
+        self.best: tuple[KernelSpec, Result, float] | None = None
+        self.last: Result | None = None
+        self.last_spec: KernelSpec | None = None
+        self.final: tuple[KernelSpec, Result] | None = None  # a method's own final candidate (cli), if any
+        self.run_info: dict = {}  # facts of a method for its run record (MetaSchedule: trials measured)
+        self.store.clear_agent_steps(problem.id, method)  # an interrupted episode starts over
+
+    @property
+    def best_speedup(self) -> float | None:
+        return self.best[2] if self.best else None
+
+    def judge(
+        self,
+        spec: KernelSpec,
+        *,
+        kernel: str = "",
+        layer: str = "",
+        label: str = "",
+        profile=True,
+        charge=True,
+    ) -> Result:
+        """Judges `spec` (one evaluation of the budget; `charge=False`: the final judgment of an external
+        agent's file, made whatever it spent) and records the step."""
+        if charge:
+            self.usage.charge_eval()
+        t0 = time.perf_counter()
+        res = self._evaluate(spec, profile)
+        s = score(res)
+        improved = s is not None and (self.best is None or s > self.best[2])
+        if improved:
+            self.best = (spec, res, s)
+        self.last, self.last_spec = res, spec
+        self.record(
+            kind="judge",
+            kernel=kernel,
+            layer=layer,
+            proposal=label,
+            spec=spec.to_dict(),
+            verdict={
+                "correct": res.correct,
+                "reason": res.reason,
+                "detail": (res.detail or "")[:1500],
+                "speedups": res.speedups,
+                "speedup_ci": res.speedup_ci,
+                "text": verdict_text(res),
+            },
+            seconds=round(time.perf_counter() - t0, 3),
+            improved=improved,
+        )
+        log.info(
+            "%s %s step %d: %s %s -> %s",
+            self.problem.id,
+            self.method,
+            self.steps,
+            kernel,
+            layer,
+            verdict_text(res),
+        )
+        return res
+
+    def _evaluate(self, spec: KernelSpec, profile=True, timing: TimingConfig | None = None) -> Result:
+        return evaluate(
+            self.problem.id,
+            spec,
+            self.cfg.backend,
+            threads=self.cfg.threads,
+            trials=self.cfg.trials,
+            seed=self.cfg.seed,
+            timing=timing or self.cfg.timing,
+            baselines=self.cfg.baselines,
+            limits=self.cfg.limits,
+            profile=profile,
+            peak=self.cfg.peak,
+        )
+
+    def final_judgment(self, spec: KernelSpec, label: str) -> Result:
+        """A fresh judgment of a final candidate, after the method stopped: not charged, not a step of the
+        search (the best stays as the search measured it); recorded in the trajectory as "final". It uses
+        the full timing protocol even when the search used the short one (`--quick`): a short protocol's
+        few rounds do not outvote a transient of a few milliseconds."""
+        t0 = time.perf_counter()
+        res = self._evaluate(spec, timing=self.cfg.final_timing or self.cfg.timing)
+        self.record(
+            kind="final",
+            proposal=label,
+            verdict={"correct": res.correct, "reason": res.reason, "speedups": res.speedups},
+            text=verdict_text(res),
+            seconds=round(time.perf_counter() - t0, 3),
+        )
+        return res
+
+    def record(self, **fields) -> None:
+        """One trajectory step, with the budget used so far."""
+        u = self.usage
+        self.store.put_agent_step(
+            self.problem.id,
+            self.method,
+            self.steps,
+            {
+                **fields,
+                "evals": u.evals,
+                "calls": u.calls,
+                "tokens": u.input_tokens + u.output_tokens,
+                "cost": u.cost,
+                "wall_s": round(u.wall_s, 3),
+                "best_speedup": self.best_speedup,
+            },
+        )
+        self.steps += 1

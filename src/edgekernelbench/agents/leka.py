@@ -1,0 +1,185 @@
+"""LEKA, the Layered Edge Kernel Agent: one problem, layer by layer, kernel by kernel.
+
+1. Start: every kernel's workload key is looked up in the kernel database for this target; stored
+   decisions are replayed before any budget is spent on that kernel; the other kernels start from the
+   proposer's starting point (builtin: the rule-based schedule; a model: the reference). One evaluation
+   checks them all; if they no longer apply, LEKA starts from the reference.
+2. Profile the current best (the judge's time share of every kernel) and take the kernels that matter
+   (largest share first, down to MIN_SHARE).
+3. For each kernel, for each layer in order (loop, memory, target): ask the proposer for that layer's
+   decisions only, with the kernel's current IR, the earlier layers' decisions and the judge's feedback;
+   judge the candidate; keep the decision only when it is correct and faster (speedup over tvm-default
+   above the best's by MIN_GAIN); otherwise feed the verdict back (the judge names the failing layer, step
+   and instruction, or where the output is wrong) and ask again, up to ATTEMPTS times.
+4. Revisit the kernels while budget remains.
+The result is one KernelSpec with the kept layers of every kernel; each accepted kernel decision goes into
+the kernel database with its provenance."""
+
+from __future__ import annotations
+
+import logging
+
+from ..generators.reference_candidates import reference_spec
+from ..ir.spec import SCHEDULE_LAYERS, Decisions, KernelSpec
+from ..kerneldb import Entry, KernelDB
+from ..search.kernels import backend_target_key, concat_traces, kernels, tvm_version
+from .budget import BudgetExhausted
+from .episode import Episode, profile_rows, score, verdict_text
+from .proposers import LayerRequest, Proposal
+
+log = logging.getLogger(__name__)
+MIN_SHARE = 0.02  # kernels below this share of the time are left as they are
+MIN_GAIN = 1.02  # a decision is kept when the speedup beats the best's by 2% (the judge's run-to-run noise)
+ATTEMPTS = 3  # proposals per kernel and layer in one pass
+PASSES = 2
+
+
+def build_spec(problem, state: dict, method: str, code: str | None = None, workloads: dict | None = None):
+    """A candidate: the reference with `state` (kernel -> layer traces) replayed, then `code` (if any)."""
+    dec = Decisions()
+    for name, layers in state.items():
+        for layer, trace in layers.items():
+            getattr(dec, layer)[name] = trace
+        if workloads and name in workloads:
+            dec.workloads[name] = workloads[name]
+    spec = KernelSpec(problem=problem.id, decisions=dec, method=f"agent:{method}", schedule_code=code)
+    if dec.is_empty() and not code:
+        spec.module = reference_spec(problem).module
+    return spec
+
+
+def with_code_trace(layers: dict, layer: str, trace: list) -> dict:
+    """A kernel's layers after appending the trace that a layer's schedule code made: it was recorded on
+    the kernel after all its kept layers, so it goes last (in `layer`, or the last layer present)."""
+    out = dict(layers)
+    last = max([SCHEDULE_LAYERS.index(k) for k in out] + [SCHEDULE_LAYERS.index(layer)])
+    slot = SCHEDULE_LAYERS[last]
+    out[slot] = concat_traces(out[slot], trace) if slot in out else trace
+    return out
+
+
+def run_leka(ep: Episode, proposer) -> None:
+    problem = ep.problem
+    ks = {k.name: k for k in kernels(problem.id)}
+    workloads = {k.name: k.workload for k in ks.values()}
+    target = backend_target_key(ep.cfg.backend)
+    state: dict[str, dict] = {}
+    reused: set[str] = set()
+    db = KernelDB(ep.cfg.kernel_db)
+    try:
+        if ep.cfg.reuse:
+            for k in ks.values():
+                found = db.lookup(k.workload, target)
+                if found:
+                    state[k.name] = dict(found[0].layers)
+                    reused.add(k.name)
+            if reused:
+                ep.record(kind="reuse", kernels=sorted(reused))
+        started = _starting_points(proposer, ks, state)
+        label = f"start ({len(started)} kernel(s) at the proposer's starting point)" if started else "start"
+        res = ep.judge(build_spec(problem, state, ep.method, workloads=workloads), label=label)
+        if (reused or started) and not res.correct:  # decisions that no longer apply: from the reference
+            ep.record(kind="start-dropped", why=verdict_text(res))
+            state, reused = {}, set()
+            res = ep.judge(build_spec(problem, state, ep.method), label="reference")
+        best = score(res) or 0.0
+        rows = profile_rows(res)
+        try:
+            for pass_ in range(PASSES):
+                for name in _kernels_that_matter(rows, ks):
+                    if pass_ == 0 and name in reused:
+                        continue
+                    for layer in SCHEDULE_LAYERS:
+                        best, rows = _layer(ep, proposer, ks[name], layer, state, best, rows, workloads)
+        except BudgetExhausted as e:
+            ep.record(kind="stop", why=str(e))
+        _remember(ep, db, state, reused, ks, target)
+    finally:
+        db.close()
+
+
+def _starting_points(proposer, ks: dict, state: dict) -> list[str]:
+    """Kernels without a stored decision start from the proposer's starting point, when it has one (the
+    builtin proposer: the rule-based schedule; a model starts from the reference); returns their names."""
+    start = getattr(proposer, "start", None)
+    out = []
+    for name in ks:
+        if name in state or start is None:
+            continue
+        layers = start(name)
+        if layers:
+            state[name] = dict(layers)
+            out.append(name)
+    return out
+
+
+def _kernels_that_matter(rows: list[dict], ks: dict) -> list[str]:
+    by_share = [r["kernel"] for r in rows if r["kernel"] in ks and r["share"] >= MIN_SHARE]
+    seen = list(dict.fromkeys(by_share))
+    return seen or list(ks)  # no profile (nothing timed): every kernel, in call order
+
+
+def _layer(ep: Episode, proposer, kernel, layer: str, state: dict, best: float, rows, workloads):
+    feedback: list[str] = []
+    for _ in range(ATTEMPTS):
+        accepted = dict(state.get(kernel.name, {}))
+        prop: Proposal | None = proposer.propose(LayerRequest(kernel, layer, accepted, list(feedback), rows))
+        if prop is None:
+            return best, rows
+        if prop.error:
+            feedback.append(prop.error)
+            ep.record(kind="proposal", kernel=kernel.name, layer=layer, proposal=prop.label, error=prop.error)
+            continue
+        trial = dict(state)
+        if prop.layers is not None:
+            trial[kernel.name] = prop.layers
+        spec = build_spec(ep.problem, trial, ep.method, prop.code, workloads)
+        res = ep.judge(spec, kernel=kernel.name, layer=layer, label=prop.label)
+        s = score(res)
+        if s is not None and s > best * MIN_GAIN:
+            if prop.code is not None:
+                trace = (res.extra.get("schedule_traces") or {}).get(kernel.name)
+                if not trace:  # the code changed nothing in this kernel
+                    feedback.append("correct, but your code made no schedule decision for this kernel")
+                    continue
+                trial[kernel.name] = with_code_trace(accepted, layer, trace)
+            state.clear()
+            state.update(trial)
+            if prop.code is not None and ep.best is not None and ep.best[1] is res:
+                # the kept layer as data: the trace that code made, replayed in place of the code
+                kept = build_spec(ep.problem, state, ep.method, workloads=workloads)
+                kept.notes = f"{prop.label}: the trace its schedule code made, as that kernel's {layer} layer"
+                ep.best = (kept, res, s)
+            ep.record(kind="accept", kernel=kernel.name, layer=layer, proposal=prop.label, speedup=s)
+            return s, profile_rows(res) or rows
+        why = verdict_text(res)
+        if s is not None:
+            why += f" -- not faster than the best so far ({best:.3f}x over tvm-default)"
+        feedback.append(why)
+    return best, rows
+
+
+def _remember(ep: Episode, db: KernelDB, state: dict, reused: set, ks: dict, target: str) -> None:
+    """Every kernel decision of the best candidate that LEKA found itself goes into the kernel database."""
+    if ep.best is None or not state:
+        return
+    spec, res, s = ep.best
+    if s <= 1.0:
+        return
+    for name, layers in state.items():
+        if name in reused or not layers or name not in ks:
+            continue
+        if any(getattr(spec.decisions, layer).get(name) != t for layer, t in layers.items()):
+            continue  # the best candidate holds other decisions for it
+        db.put(
+            Entry(
+                workload=ks[name].workload,
+                target=target,
+                func=name,
+                layers=layers,
+                problem=ep.problem.id,
+                method=ep.method,
+                speedup=s,
+                tvm_version=tvm_version(),
+            )
+        )

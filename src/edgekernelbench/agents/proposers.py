@@ -1,0 +1,110 @@
+"""Proposers: "give me the decisions for this layer of this kernel". Methods differ in how they use a
+proposer, never in the judge.
+
+- `BuiltinProposer` (offline, no key): the kernel's schedule space (search/variants.py KernelSpace: the
+  rules' strategies over register tiles, vector widths, accumulator caching and unroll steps), ranked by
+  the analytical cost model (search/cost.py); it offers the cheapest points whose earlier layers equal the
+  accepted ones and whose asked-for layer differs, each with its own later layers as a completion.
+- `LLMProposer`: one model call per proposal with the versioned `leka_layer` template: the kernel's
+  TVMScript after the accepted layers, where the time goes, the layer's primitives, the judge's feedback
+  on earlier attempts; the answer is `schedule(name, sch)` code for that kernel only."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..llm.prompts import render_prompt
+from ..search.cost import Machine
+from ..search.kernels import KernelInfo, kernel_script
+from ..search.variants import KernelSpace, layer_key, rule_variants
+from .episode import Episode
+from .model import ModelClient, ModelError, ParseError, schedule_code
+
+
+@dataclass
+class LayerRequest:
+    kernel: KernelInfo
+    layer: str  # "loop" | "memory" | "target"
+    accepted: dict  # this kernel's accepted layer traces
+    feedback: list[str] = field(default_factory=list)  # the judge's verdicts on earlier attempts
+    profile: list[dict] = field(default_factory=list)  # the current best's time per kernel
+
+
+@dataclass
+class Proposal:
+    label: str
+    layers: dict | None = None  # the kernel's complete layer traces (replaces the accepted ones)
+    code: str | None = None  # schedule(name, sch) for this kernel, applied after the accepted layers
+    error: str = ""  # no usable proposal (the model's answer had no code): feedback for the next try
+
+
+def kernel_only(code: str, kernel: str) -> str:
+    """A model's schedule code, applied to `kernel` only."""
+    return (
+        f"{code}\n\n_ekb_layer_schedule = schedule\n\n\ndef schedule(name, sch):\n"
+        f"    if name == {kernel!r}:\n        _ekb_layer_schedule(name, sch)\n"
+    )
+
+
+class BuiltinProposer:
+    name = "builtin"
+
+    def __init__(self, episode: Episode):
+        self.ep = episode
+        self.machine = Machine.for_profile(episode.cfg.backend)
+        self.tried: dict[tuple[str, str], set[str]] = {}
+        self.spaces: dict[str, KernelSpace] = {}
+
+    def space(self, kernel: str) -> KernelSpace:
+        if kernel not in self.spaces:
+            self.spaces[kernel] = KernelSpace(self.ep.problem.id, kernel, self.machine, self.ep.cfg.threads)
+        return self.spaces[kernel]
+
+    def start(self, kernel: str) -> dict | None:
+        """Where the search of a kernel starts: its rule-based schedule (the rules' first strategy that
+        applies at the target's vector width), every layer filled."""
+        vs = rule_variants(self.ep.problem.id, kernel, self.machine.lanes, self.ep.cfg.threads)
+        return dict(vs[0].layers) if vs else None
+
+    def propose(self, req: LayerRequest) -> Proposal | None:
+        tried = self.tried.setdefault((req.kernel.name, req.layer), set())
+        space = self.space(req.kernel.name)
+        for v in space.alternatives(req.layer, req.accepted, tried):
+            tried.add(layer_key(v, req.layer))
+            est = space.estimate(v.label)
+            label = v.label if est is None else f"{v.label} (model {est:.3g} cycles)"
+            return Proposal(label, layers=dict(v.layers))
+        return None
+
+
+class LLMProposer:
+    name = "llm"
+
+    def __init__(self, episode: Episode, model: ModelClient):
+        self.ep, self.model = episode, model
+        self.n = 0
+
+    def propose(self, req: LayerRequest) -> Proposal | None:
+        pid = self.ep.problem.id
+        prompt = render_prompt(
+            "leka_layer",
+            self.ep.problem,
+            self.ep.cfg.backend,
+            kernel=req.kernel.name,
+            op_class=req.kernel.op_class,
+            kernel_script=kernel_script(pid, req.accepted, req.kernel.name).strip(),
+            accepted=list(req.accepted),
+            layer=req.layer,
+            feedback=req.feedback,
+            profile_rows=req.profile,
+        )
+        self.n += 1
+        label = f"llm {req.layer} #{self.n}"
+        try:
+            text = self.model.ask(prompt.system, prompt.user)
+        except ModelError as e:
+            return Proposal(label, error=f"the model call failed: {e}")
+        try:
+            return Proposal(label, code=kernel_only(schedule_code(text), req.kernel.name))
+        except ParseError as e:
+            return Proposal(label, error=f"your answer had no usable code block ({e})")

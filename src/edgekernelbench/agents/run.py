@@ -1,0 +1,177 @@
+"""`ekb agent`: every method on every problem of a run, under one budget, resumable.
+
+For each (problem, method) not done yet: an Episode (budget, trajectory), the method's loop, then its final
+candidate written as RUN_DIR/candidates/<problem>/sample<k>.json (k fixed per method: METHOD_SAMPLES) and its
+Result -- from the same judge as `ekb eval`, made during the run -- stored in results.db as that sample, with
+the method's budget use in agent_runs. A (problem, method) interrupted midway starts over."""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+
+from .. import metrics
+from ..problems import get_problem
+from ..store import RunStore
+from .budget import BudgetExhausted
+from .cli_agent import run_cli
+from .direct import run_direct
+from .episode import AgentConfig, Episode, score
+from .flat import run_flat
+from .leka import run_leka
+from .metaschedule import run_metaschedule
+from .model import ModelClient
+from .proposers import BuiltinProposer, LLMProposer
+
+log = logging.getLogger(__name__)
+METHODS = ("direct", "flat", "cli", "leka", "metaschedule")
+# the sample number of each method's final candidate in the run directory
+METHOD_SAMPLES = {"direct": 0, "direct@B": 1, "flat": 2, "cli": 3, "leka": 4, "metaschedule": 5}
+NO_MODEL = {"metaschedule"}  # methods that never call a model
+
+
+def _finals(ep: Episode, method: str, model: ModelClient | None) -> list[tuple[str, object, object]]:
+    """Runs `method`; returns its final candidates [(label, spec, result)]."""
+    if method == "direct":
+        samples = run_direct(ep, model)
+        if not samples:
+            return []
+        scored = [(score(r) or -1.0, i) for i, (_, r) in enumerate(samples)]
+        best = samples[max(scored)[1]]
+        return [("direct", *samples[0]), ("direct@B", *best)]
+    if method == "flat":
+        run_flat(ep, model)
+    elif method == "leka":
+        proposer = LLMProposer(ep, model) if model is not None else BuiltinProposer(ep)
+        run_leka(ep, proposer)
+    elif method == "metaschedule":
+        run_metaschedule(ep)
+    elif method == "cli":
+        run_cli(ep)
+        return [("cli", *ep.final)] if ep.final else []
+    else:
+        raise ValueError(f"unknown method {method!r}; methods: {', '.join(METHODS)}")
+    if ep.best:
+        return [(method, ep.best[0], ep.best[1])]
+    return [(method, ep.last_spec, ep.last)] if ep.last is not None else []
+
+
+def _proposer(method: str, cfg: AgentConfig) -> str:
+    """Who proposed the method's candidates: TVM's tuner, the model, or the offline (builtin) proposer."""
+    return "tvm-metaschedule" if method in NO_MODEL else cfg.model or "builtin"
+
+
+def _store_final(store, run_dir: Path, label: str, spec, res, cfg: AgentConfig, ep: Episode) -> None:
+    k = METHOD_SAMPLES[label]
+    spec = copy.deepcopy(spec)
+    spec.method = f"agent:{label}"
+    spec.metadata = {
+        **(spec.metadata or {}),
+        "agent": label,
+        "proposer": _proposer(ep.method, cfg),
+        "budget": asdict(cfg.budget),
+    }
+    path = run_dir / "candidates" / ep.problem.id / f"sample{k}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(spec.to_json() + "\n")
+    os.replace(tmp, path)
+    res = copy.deepcopy(res)
+    res.sample, res.method, res.candidate, res.spec_hash = k, spec.method, str(path), spec.hash()
+    roof = metrics.result_roofline(res, cfg.peak, get_problem(res.problem).cost.bytes_written)
+    if roof:
+        res.extra["roofline"] = roof
+    store.put(res)
+
+
+def run_agents(
+    run_dir: Path,
+    problems: list,
+    methods: list[str],
+    cfg: AgentConfig,
+    on_done: Callable[[str, str, dict], None] | None = None,
+) -> dict[str, int]:
+    """Runs the methods on the problems; returns counts (done, skipped)."""
+    run_dir = Path(run_dir)
+    counts = {"done": 0, "skipped": 0}
+    with RunStore(run_dir) as store:
+        store.set_meta(
+            "agent_config",
+            {
+                "methods": list(methods),
+                "model": cfg.model or "builtin",
+                "budget": asdict(cfg.budget),
+                "backend": getattr(cfg.backend, "name", str(cfg.backend)),
+                "threads": cfg.threads,
+                "trials": cfg.trials,
+                "tune_trials": cfg.tune_trials,
+                "timing": asdict(cfg.timing),
+                "agent_cmd": cfg.agent_cmd,
+                "reuse": cfg.reuse,
+            },
+        )
+        done = store.agent_runs()
+        for problem in problems:
+            for method in methods:
+                if done.get((problem.id, method), {}).get("status") in ("done", "skipped"):
+                    counts["skipped"] += 1
+                    continue
+                record = _run_one(store, run_dir, problem, method, cfg)
+                counts["done"] += 1
+                if on_done:
+                    on_done(problem.id, method, record)
+    return counts
+
+
+def _run_one(store, run_dir: Path, problem, method: str, cfg: AgentConfig) -> dict:
+    if method == "cli" and not cfg.agent_cmd:
+        record = {
+            "status": "skipped",
+            "why": "no --agent-cmd: the external agent's command line is not given",
+        }
+        store.put_agent_run(problem.id, method, record)
+        return record
+    ep = Episode(problem, method, cfg, store, run_dir)
+    model = ModelClient(cfg.model, ep) if cfg.model and method not in NO_MODEL else None
+    try:
+        finals = _finals(ep, method, model)
+    except BudgetExhausted as e:  # a limit reached where the method did not catch it itself
+        ep.record(kind="stop", why=str(e))
+        finals = [(method, ep.best[0], ep.best[1])] if ep.best else []
+    finally:
+        if model is not None:
+            model.close()
+    usage = ep.usage.to_dict()  # what the method spent; the final judgments below are not charged
+    samples, judged = {}, {}
+    for label, spec, searched in finals:
+        # a fresh judgment of each final candidate: the best of several noisy measurements is biased
+        # upwards (the winner's curse), so the stored result is not the one the method selected on
+        key = spec.hash()
+        if key not in judged:
+            judged[key] = ep.final_judgment(spec, label)
+        res = judged[key]
+        _store_final(store, run_dir, label, spec, res, cfg, ep)
+        samples[label] = {
+            "sample": METHOD_SAMPLES[label],
+            "correct": res.correct,
+            "speedup": score(res),
+            "search_speedup": score(searched) if searched is not None else None,
+        }
+    record = {
+        "status": "done",
+        "proposer": _proposer(method, cfg),
+        "usage": usage,
+        "steps": ep.steps,
+        "best_speedup": ep.best_speedup,  # as measured during the search
+        "final_speedup": max((v["speedup"] or 0.0 for v in samples.values()), default=None) or None,
+        "samples": samples,
+        **ep.run_info,
+    }
+    if method == "cli":
+        record["usage"]["calls"] = None  # made inside the external agent: not counted here
+    store.put_agent_run(problem.id, method, record)
+    return record

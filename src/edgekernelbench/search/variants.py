@@ -1,0 +1,243 @@
+"""The offline proposer's alternatives for one kernel: complete schedules (loop, memory and target layers)
+from the rule-based scheduler's strategies (generators/rules.py), for several vector widths. Layer by layer,
+an alternative for layer L is a variant whose earlier layers equal the accepted ones and whose layer L
+differs (`alternatives`); it comes with its own later layers as a completion, so it can be judged as it is.
+Each variant replays on a fresh schedule and builds for the host target before it is offered."""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+from dataclasses import dataclass, field
+
+from ..ir.spec import SCHEDULE_LAYERS
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Variant:
+    label: str  # e.g. "tile+cache/16 lanes"
+    layers: dict = field(hash=False, compare=False)  # layer -> trace JSON
+
+    def prefix(self, layer: str) -> dict:
+        """Its layers before `layer`."""
+        return {
+            k: v for k, v in self.layers.items() if SCHEDULE_LAYERS.index(k) < SCHEDULE_LAYERS.index(layer)
+        }
+
+
+def lanes_options(max_lanes: int) -> tuple[int, ...]:
+    """Vector widths worth trying: the widest the target has, then halves down to 4 lanes."""
+    out, n = [], max_lanes
+    while n >= 4:
+        out.append(n)
+        n //= 2
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=256)
+def rule_variants(problem_id: str, name: str, max_lanes: int, threads: int = 1) -> tuple[Variant, ...]:
+    """Every rules strategy x vector width that applies to kernel `name`, replays and builds, in the rules'
+    order of preference (the first is what the rule-based candidate uses)."""
+    import tvm
+
+    from ..generators.rules import LOOKUPS, Skip, analyze, build_target, strategies
+    from ..ir.replay import LayerRecorder, apply_trace, combine_layers
+    from ..problems import get_problem
+    from ..reference import build_reference
+
+    func = build_reference(get_problem(problem_id)).primfuncs()[name]
+    try:
+        facts = analyze(func, name)
+    except Exception as e:  # noqa: BLE001
+        log.info("%s %s: no analysis (%s)", problem_id, name, e)
+        return ()
+    target = build_target(threads)
+    out: list[Variant] = []
+    seen: set[str] = set()
+    for lanes in lanes_options(max_lanes):
+        for sname, fn in strategies(facts, lanes, parallel=threads > 1):
+            rec = LayerRecorder(func)
+            try:
+                fn(rec)
+                layers = rec.traces()
+                if not any(inst[0] not in LOOKUPS for t in layers.values() for inst in t[0]):
+                    raise Skip("no decisions")
+                trace, where = combine_layers([(k, layers[k]) for k in SCHEDULE_LAYERS if k in layers])
+                tvm.compile(apply_trace(func, trace, name, where).mod, target=target)
+            except Exception:  # noqa: BLE001 -- a strategy that does not apply is not an alternative
+                continue
+            key = repr(sorted(layers.items()))
+            if key not in seen:
+                seen.add(key)
+                out.append(Variant(f"{sname}/{lanes} lanes", layers))
+    return tuple(out)
+
+
+def alternatives(variants, layer: str, accepted: dict, tried: set[str]) -> list[Variant]:
+    """Variants that keep the accepted layers before `layer`, change `layer` (or add it), and were not
+    tried yet (`tried`: labels)."""
+    rank = SCHEDULE_LAYERS.index(layer)
+    earlier = {k: t for k, t in accepted.items() if SCHEDULE_LAYERS.index(k) < rank}
+    return [
+        v
+        for v in variants
+        if v.label not in tried
+        and v.prefix(layer) == earlier
+        and layer in v.layers
+        and v.layers[layer] != accepted.get(layer)
+    ]
+
+
+# ------------------------------------------------------------------ the parametric space, ranked by cost
+ACC_VECTORS = (2, 4, 6, 8, 12, 16, 24)  # vector accumulators of the register tile
+MAX_VECTORS = (1, 2, 4)  # vectors along the vectorized axis
+UNROLL_STEPS = (0, 16, 64, 256)  # the target layer's auto-unroll step
+TILE_STRATEGIES = ("tile+cache", "tile")
+
+
+@dataclass(frozen=True)
+class Config:
+    """One point of a kernel's schedule space: a rules strategy and its parameters."""
+
+    strategy: str
+    lanes: int
+    acc_vectors: int | None = None
+    max_vectors: int | None = None
+    unroll_step: int | None = None
+
+    @property
+    def label(self) -> str:
+        if self.acc_vectors is None:
+            return f"{self.strategy}/{self.lanes} lanes"
+        return (
+            f"{self.strategy}/{self.lanes} lanes/acc {self.acc_vectors}/vec {self.max_vectors}"
+            f"/unroll {self.unroll_step}"
+        )
+
+
+class KernelSpace:
+    """The builtin proposer's schedule space for one kernel: the tiled strategies over register-tile
+    sizes, vector widths, accumulator caching and auto-unroll steps, ranked by the analytical cost model
+    (search/cost.py); the other rules strategies after them, in the rules' order. Points are recorded
+    (scheduled on a LayerRecorder) when first needed and built for the host only when offered."""
+
+    def __init__(self, problem_id: str, name: str, machine, threads: int = 1):
+        from ..generators.rules import analyze
+        from ..problems import get_problem
+        from ..reference import build_reference
+
+        self.problem_id, self.name, self.machine, self.threads = problem_id, name, machine, threads
+        self.func = build_reference(get_problem(problem_id)).primfuncs()[name]
+        self._recorded: dict[Config, Variant | None] = {}
+        self._built: dict[Config, bool] = {}
+        try:
+            self.facts = analyze(self.func, name)
+        except Exception as e:  # noqa: BLE001 -- an opaque kernel has no space
+            log.info("%s %s: no analysis (%s)", problem_id, name, e)
+            self.facts, self.ranked = None, []
+            return
+        self.ranked = self._rank()
+
+    def _rank(self) -> list[tuple[float, Config]]:
+        from ..generators.rules import Skip, contraction_plan, strategies
+        from .cost import contraction_cost
+
+        scored: dict[tuple, tuple[float, Config]] = {}
+        others: list[Config] = []
+        for lanes in lanes_options(self.machine.lanes):
+            for sname, _ in strategies(self.facts, lanes, parallel=self.threads > 1):
+                if sname not in TILE_STRATEGIES:
+                    others.append(Config(sname, lanes))
+                    continue
+                for acc in ACC_VECTORS:
+                    for maxv in MAX_VECTORS:
+                        try:
+                            plan = contraction_plan(self.facts, lanes, maxv, acc)
+                        except Skip:
+                            continue
+                        for step in UNROLL_STEPS:
+                            cost = contraction_cost(
+                                plan, self.machine, cache=sname == "tile+cache", unroll_step=step
+                            )
+                            # points with the same tile are the same schedule: keep the first
+                            key = (sname, plan.lanes, plan.vt, plan.ut, tuple(plan.gv.members), step)
+                            if key not in scored:
+                                scored[key] = (cost, Config(sname, lanes, acc, maxv, step))
+        ranked = sorted(scored.values(), key=lambda t: t[0])
+        tail = max((c for c, _ in ranked), default=0.0)
+        return ranked + [(tail + 1 + i, c) for i, c in enumerate(others)]
+
+    def _record(self, cfg: Config) -> Variant | None:
+        if cfg in self._recorded:
+            return self._recorded[cfg]
+        from ..generators.rules import LOOKUPS, Skip, schedule_contraction, strategies
+        from ..ir.replay import LayerRecorder
+
+        rec = LayerRecorder(self.func)
+        out = None
+        try:
+            if cfg.acc_vectors is not None:
+                schedule_contraction(
+                    rec,
+                    self.facts,
+                    cfg.lanes,
+                    cache=cfg.strategy == "tile+cache",
+                    parallel=self.threads > 1,
+                    max_vectors=cfg.max_vectors,
+                    acc_vectors=cfg.acc_vectors,
+                    unroll_step=cfg.unroll_step,
+                )
+            else:
+                fn = dict(strategies(self.facts, cfg.lanes, parallel=self.threads > 1))[cfg.strategy]
+                fn(rec)
+            layers = rec.traces()
+            if not any(inst[0] not in LOOKUPS for t in layers.values() for inst in t[0]):
+                raise Skip("no decisions")
+            out = Variant(cfg.label, layers)
+        except Exception:  # noqa: BLE001 -- a point where a primitive does not apply is not in the space
+            out = None
+        self._recorded[cfg] = out
+        return out
+
+    def _builds(self, cfg: Config, v: Variant) -> bool:
+        if cfg not in self._built:
+            import tvm
+
+            from ..generators.rules import build_target
+            from ..ir.replay import apply_trace, combine_layers
+
+            try:
+                trace, where = combine_layers([(k, v.layers[k]) for k in SCHEDULE_LAYERS if k in v.layers])
+                tvm.compile(
+                    apply_trace(self.func, trace, self.name, where).mod, target=build_target(self.threads)
+                )
+                self._built[cfg] = True
+            except Exception:  # noqa: BLE001
+                self._built[cfg] = False
+        return self._built[cfg]
+
+    def estimate(self, label: str) -> float | None:
+        """The cost model's estimate of a point (by label)."""
+        return next((c for c, cfg in self.ranked if cfg.label == label), None)
+
+    def alternatives(self, layer: str, accepted: dict, tried: set[str]):
+        """Points, cheapest first, that keep the accepted layers before `layer` and change `layer`, that
+        build, and whose `layer` decisions are not in `tried` (keys from `layer_key`); each comes with its
+        own later layers as a completion. Points that differ only in later layers are offered once."""
+        for _, cfg in self.ranked:
+            v = self._record(cfg)
+            if v is None or layer not in v.layers or layer_key(v, layer) in tried:
+                continue
+            if not alternatives([v], layer, accepted, set()):
+                continue
+            if self._builds(cfg, v):
+                yield v
+
+
+def layer_key(v: Variant, layer: str) -> str:
+    """What identifies a variant's decisions for `layer` (two points with the same tile but another unroll
+    step have the same loop layer)."""
+    return json.dumps(v.layers.get(layer), sort_keys=True)

@@ -1,0 +1,389 @@
+"""Agents end to end: a scripted model on the local fake server drives LEKA, direct and flat; a scripted
+stand-in plays the external coding agent; the offline proposer runs through `ekb agent`. Every candidate is
+judged by the real judge; the budget is never exceeded; trajectories and the kernel database are kept."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from llm_fake_server import FakeLLM
+
+from edgekernelbench.agents.budget import Budget, BudgetExhausted, Usage
+from edgekernelbench.agents.episode import AgentConfig
+from edgekernelbench.agents.run import run_agents
+from edgekernelbench.backends.registry import get_profile
+from edgekernelbench.harness.api import TimingConfig
+from edgekernelbench.kerneldb import Entry, KernelDB
+from edgekernelbench.problems import get_problem
+from edgekernelbench.store import RunStore
+
+MATMUL, TINY = "L1/tiny_matmul_128", "L1/tiny_scale_add"
+QUICK = TimingConfig(warmup_ms=2.0, min_repeat_ms=2.0, rounds=5)
+
+
+def answer(code: str) -> dict:
+    return {"text": "Here you go:\n```python\n" + textwrap.dedent(code).strip() + "\n```\n"}
+
+
+NO_CODE = {"text": "I would tile the loops and vectorize the inner one."}
+BAD_STEP = answer(
+    """
+    def schedule(name, sch):
+        b = sch.get_sblock("matmul")
+        i, j, k = sch.get_loops(b)
+        sch.split(j, factors=[7, 5])
+    """
+)
+WRONG = answer(  # accumulates in float16: outside the tolerance
+    """
+    def schedule(name, sch):
+        b = sch.get_sblock("matmul")
+        sch.cache_write(b, 0, "global")
+        sch.unsafe_set_dtype(b, 0, "float16")
+    """
+)
+FAST = answer(
+    """
+    def schedule(name, sch):
+        b = sch.get_sblock("matmul")
+        i, j, k = sch.get_loops(b)
+        io, ii = sch.split(i, factors=[None, 4])
+        jo, ji = sch.split(j, factors=[None, 32])
+        sch.reorder(io, jo, k, ii, ji)
+        sch.unroll(ii)
+        sch.vectorize(ji)
+        sch.decompose_reduction(b, k)
+    """
+)
+TINY_OK = answer(
+    """
+    def schedule(name, sch):
+        block = sch.get_child_blocks(sch.get_sblock("root"))[-1]
+        sch.vectorize(sch.get_loops(block)[-1])
+    """
+)
+
+
+def config(tmp_path, model=None, budget=4, **kw) -> AgentConfig:
+    return AgentConfig(
+        backend=get_profile("host-cpu", 1),
+        trials=2,
+        timing=QUICK,
+        final_timing=None,  # the final judgments with the same short protocol (fast tests)
+        budget=Budget(calls=budget, evals=budget, wall_s=kw.pop("wall_s", 600)),
+        model=model,
+        cache_path=tmp_path / "llm_cache.db",
+        kernel_db=tmp_path / "kernels.db",
+        **kw,
+    )
+
+
+def steps(run_dir, method):
+    with RunStore(run_dir) as s:
+        return s.agent_steps(method=method), s.agent_runs(), {(r.problem, r.sample): r for r in s.results()}
+
+
+def test_budget_counts_and_stops():
+    u = Usage(Budget(calls=2, evals=1, wall_s=100))
+    u.charge_call()
+    u.charge_call()
+    with pytest.raises(BudgetExhausted, match="model calls"):
+        u.charge_call()
+    u.charge_eval()
+    with pytest.raises(BudgetExhausted, match="evaluations"):
+        u.charge_eval()
+    assert (u.calls, u.evals, u.stopped) == (2, 1, "evals")
+    u.record_tokens(10, 5, 0.5, cached=False)
+    u.record_tokens(10, 5, None, cached=True)
+    assert u.input_tokens == 20 and u.cost is None and u.cached_calls == 1
+
+
+def test_leka_with_a_scripted_model(tmp_path):
+    """Answers that have no code, fail at a named step, are wrong, then correct and faster: LEKA feeds each
+    verdict back, keeps only the correct and faster layer, and stays within the budget."""
+    run = tmp_path / "run"
+    with FakeLLM({MATMUL: [NO_CODE, BAD_STEP, WRONG, FAST]}) as fake:
+        cfg = config(tmp_path, model=f"openai-compatible:{fake.openai_url}:local-model", budget=4)
+        run_agents(run, [get_problem(MATMUL)], ["leka"], cfg)
+        prompts = [c["body"]["messages"][-1]["content"] for c in fake.calls]
+    trajectory, runs, results = steps(run, "leka")
+    usage = runs[(MATMUL, "leka")]["usage"]
+    assert usage["calls"] == 4 and usage["evals"] == 4 and usage["input_tokens"] == 4000
+    judged = [s for s in trajectory if s.get("kind") == "judge"]
+    reasons = [s["verdict"]["reason"] for s in judged]
+    assert reasons == [None, "decision_error", "wrong_output", None], reasons
+    assert "step" in judged[1]["verdict"]["detail"] and "loop layer" in judged[1]["verdict"]["detail"]
+    # each verdict went back to the model in the next prompt
+    assert "no usable code" in prompts[1]
+    assert "decision_error" in prompts[2] and "step 2 (schedule_code)" in prompts[2]
+    # three attempts at the loop layer failed: the fourth call asks for the memory layer
+    assert "## This step: the loop layer" in prompts[2] and "## This step: the memory layer" in prompts[3]
+    assert all("`matmul`" in p and "## This step: the" in p for p in prompts)
+    accepted = [s for s in trajectory if s.get("kind") == "accept"]
+    assert len(accepted) == 1 and accepted[0]["speedup"] > 1.5
+    final = results[(MATMUL, 4)]
+    assert final.correct and final.method == "agent:leka" and final.speedups["tvm-default"] > 1.5
+    spec = json.loads((run / "candidates" / MATMUL / "sample4.json").read_text())
+    # the kept layer is data: the trace the accepted code made, in the layer it was asked for
+    assert spec["decisions"]["memory"].get("matmul") and not spec.get("schedule_code")
+    with KernelDB(tmp_path / "kernels.db") as db:
+        (entry,) = db.entries()
+    assert entry.problem == MATMUL and entry.method == "leka" and entry.speedup > 1.5
+
+
+def test_leka_reuses_the_kernel_database(tmp_path):
+    """A workload found in the database is replayed first, before any budget is spent on it."""
+    run1, run2 = tmp_path / "r1", tmp_path / "r2"
+    with FakeLLM({MATMUL: [FAST]}) as fake:
+        cfg = config(tmp_path, model=f"openai-compatible:{fake.openai_url}:local-model", budget=2)
+        run_agents(run1, [get_problem(MATMUL)], ["leka"], cfg)
+        n_calls = len(fake.calls)
+        run_agents(
+            run2, [get_problem(MATMUL)], ["leka"], config(tmp_path, budget=1)
+        )  # offline, one evaluation
+    trajectory, runs, results = steps(run2, "leka")
+    assert n_calls >= 1
+    assert trajectory[0]["kind"] == "reuse" and trajectory[0]["kernels"] == ["matmul"]
+    first = next(s for s in trajectory if s.get("kind") == "judge")
+    assert first["verdict"]["correct"] and first["verdict"]["speedups"]["tvm-default"] > 1.5
+    assert runs[(MATMUL, "leka")]["usage"]["evals"] == 1
+
+
+def test_direct_and_flat_with_a_scripted_model(tmp_path):
+    run = tmp_path / "run"
+    with FakeLLM({TINY: [NO_CODE, TINY_OK]}) as fake:
+        cfg = config(tmp_path, model=f"openai-compatible:{fake.openai_url}:local-model", budget=2)
+        run_agents(run, [get_problem(TINY)], ["direct", "flat"], cfg)
+        bodies = [c["body"] for c in fake.calls]
+    _, runs, results = steps(run, "flat")
+    assert results[(TINY, 0)].reason == "parse_error"  # direct: the first sample
+    assert results[(TINY, 1)].correct  # direct@B: the best of the two
+    assert results[(TINY, 2)].correct  # flat: the second turn
+    # the flat conversation's second call carries the first turn and the judge's feedback on it
+    flat_second = bodies[3]["messages"]
+    assert [m["role"] for m in flat_second] == ["system", "user", "assistant", "user"]
+    assert "The judge's verdict on your last schedule" in flat_second[-1]["content"]
+    for m in ("direct", "flat"):
+        u = runs[(TINY, m)]["usage"]
+        assert u["calls"] <= 2 and u["evals"] <= 2
+
+
+AGENT_SCRIPT = """
+import os, subprocess, sys, pathlib
+ws = pathlib.Path.cwd()
+assert (ws / "TASK.md").read_text().startswith("# Task") and (ws / "reference.py").exists()
+(ws / "candidate.py").write_text("def schedule(name, sch)\\n    pass\\n")  # a syntax error
+print(subprocess.run([sys.executable, "check"], capture_output=True, text=True).stdout)
+(ws / "candidate.py").write_text("def schedule(name, sch):\\n    pass\\n")
+print(subprocess.run([sys.executable, "check"], capture_output=True, text=True).stdout)
+print(subprocess.run([sys.executable, "check"], capture_output=True, text=True).stdout)  # past the budget
+try:
+    open(sys.argv[1], "w").write("escaped")
+except OSError as e:
+    print("write outside refused:", e)
+sys.exit(int(sys.argv[2]))
+"""
+
+
+def test_external_agent_in_its_workspace(tmp_path):
+    script = tmp_path / "agent.py"
+    script.write_text(AGENT_SCRIPT)
+    escape = tmp_path / "escaped.txt"
+    run = tmp_path / "run"
+    cfg = config(tmp_path, budget=2, agent_cmd=f"{sys.executable} {script} {escape} 0")
+    run_agents(run, [get_problem(TINY)], ["cli"], cfg)
+    trajectory, runs, results = steps(run, "cli")
+    judged = [s for s in trajectory if s.get("kind") == "judge"]
+    assert [s["verdict"]["reason"] for s in judged] == ["parse_error", None]
+    assert any(s.get("kind") == "check-refused" for s in trajectory)
+    agent = next(s for s in trajectory if s.get("kind") == "agent")
+    assert (
+        agent["status"] == "exited"
+        and "refused" in agent["log_tail"]
+        and "write outside refused" in agent["log_tail"]
+    )
+    assert not escape.exists()
+    assert results[(TINY, 3)].correct and runs[(TINY, "cli")]["usage"]["calls"] is None
+    assert runs[(TINY, "cli")]["usage"]["evals"] == 2
+
+
+def test_a_crashing_or_hanging_agent_is_recorded_and_the_run_goes_on(tmp_path):
+    crash = tmp_path / "crash.py"
+    crash.write_text(
+        "import pathlib, sys\npathlib.Path('candidate.py').write_text('def schedule(name, sch):\\n    pass\\n')\n"
+        "sys.exit(3)\n"
+    )
+    run = tmp_path / "run"
+    run_agents(run, [get_problem(TINY)], ["cli"], config(tmp_path, agent_cmd=f"{sys.executable} {crash}"))
+    trajectory, _, results = steps(run, "cli")
+    agent = next(s for s in trajectory if s.get("kind") == "agent")
+    assert agent["status"] == "crashed" and agent["exit_code"] == 3
+    assert results[(TINY, 3)].correct  # its candidate was judged all the same
+    hang_run = tmp_path / "hang"
+    problems = [get_problem(TINY), get_problem(MATMUL)]
+    run_agents(hang_run, problems, ["cli"], config(tmp_path, agent_cmd="sleep 600", wall_s=3))
+    with RunStore(hang_run) as s:
+        runs = s.agent_runs()
+        statuses = [st.get("status") for st in s.agent_steps() if st.get("kind") == "agent"]
+    assert statuses == ["timeout", "timeout"] and set(runs) == {(TINY, "cli"), (MATMUL, "cli")}
+
+
+def test_offline_agents_through_the_cli_and_eval_reproduces_them(tmp_path):
+    run = tmp_path / "run"
+    env_db = tmp_path / "kernels.db"
+    cmd = [
+        sys.executable,
+        "-m",
+        "edgekernelbench.cli",
+        "agent",
+        "--problem",
+        TINY,
+        "--methods",
+        "direct,flat,leka",
+        "--budget",
+        "2",
+        "--quick",
+        "--check-trials",
+        "2",
+        "--out",
+        str(run),
+        "--kernel-db",
+        str(env_db),
+    ]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "candidates made by: agent:leka" in p.stdout and "proposer builtin (offline)" in p.stdout
+    assert "agents: one budget per problem and method" in p.stdout
+    curve, summary = tmp_path / "anytime.csv", tmp_path / "summary.json"
+    rep = [sys.executable, "-m", "edgekernelbench.cli", "report", str(run), "--json", str(summary)]
+    p = subprocess.run([*rep, "--anytime", str(curve)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout + p.stderr
+    methods = {row["method"]: row for row in json.loads(summary.read_text())["agents"]}
+    assert set(methods) == {"direct", "direct@B", "flat", "leka"}
+    assert all(row["evals"] <= 2 and row["calls"] == 0 for row in methods.values())
+    rows = list(csv.DictReader(curve.open()))
+    assert {r["method"] for r in rows} == {"direct", "flat", "leka"}
+    assert {r["problem"] for r in rows} == {"all", TINY} and max(int(r["evals"]) for r in rows) <= 2
+    again = subprocess.run(cmd, capture_output=True, text=True)
+    assert "done 0, already done 3" in again.stdout, again.stdout + again.stderr
+    with RunStore(run) as s:
+        first = {(r.problem, r.sample): r.correct for r in s.results()}
+        for rec in s.agent_runs().values():
+            assert rec["usage"]["evals"] <= 2 and rec["usage"]["calls"] == 0
+    # `ekb eval` of the same candidate files, in a fresh run directory, gives the same verdicts
+    fresh = tmp_path / "fresh"
+    shutil.copytree(run / "candidates", fresh / "candidates")
+    p = subprocess.run(
+        [sys.executable, "-m", "edgekernelbench.cli", "eval", str(fresh), "--no-measure", "--trials", "2"],
+        capture_output=True,
+        text=True,
+    )
+    assert p.returncode == 0, p.stdout + p.stderr
+    with RunStore(fresh) as s:
+        assert {(r.problem, r.sample): r.correct for r in s.results()} == first
+
+
+def test_kernel_db_commands(tmp_path):
+    db_path = tmp_path / "k.db"
+    with KernelDB(db_path) as db:
+        db.put(Entry("abc123", '{"kind":"llvm"}', "f", {"loop": [[], []]}, "L1/x", "leka", speedup=2.0))
+        db.put(
+            Entry("abc123", '{"kind":"llvm"}', "f", {"loop": [[], []]}, "L1/y", "leka", speedup=3.0)
+        )  # same
+    ekb = [sys.executable, "-m", "edgekernelbench.cli", "db"]
+    out = subprocess.run(
+        [*ekb, "list", "--db", str(db_path), "--json"], capture_output=True, text=True, check=True
+    )
+    (row,) = json.loads(out.stdout)
+    assert row["speedup"] == 3.0 and row["problem"] == "L1/y" and row["layers"] == ["loop"]
+    shown = json.loads(
+        subprocess.run(
+            [*ekb, "show", "--db", str(db_path), str(row["id"])], capture_output=True, text=True, check=True
+        ).stdout
+    )
+    assert shown["layers"] == {"loop": [[], []]}
+    export = tmp_path / "e.jsonl"
+    subprocess.run([*ekb, "export", "--db", str(db_path), str(export)], check=True)
+    other = tmp_path / "other.db"
+    p = subprocess.run([*ekb, "import", "--db", str(other), str(export)], capture_output=True, text=True)
+    assert p.returncode == 0 and "imported 1" in p.stdout
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("{not json\n")
+    p = subprocess.run([*ekb, "import", "--db", str(other), str(bad)], capture_output=True, text=True)
+    assert p.returncode != 0 and "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
+def test_method_rows_and_anytime_curves_from_a_store():
+    from edgekernelbench.records import Result
+    from edgekernelbench.report.agents import anytime_curves, method_rows
+
+    def res(problem, label, correct, speedup):
+        speedups = {"tvm-default": speedup} if correct else {}
+        return Result(
+            problem=problem,
+            sample=0,
+            backend="host-cpu",
+            method=f"agent:{label}",
+            compiled=True,
+            correct=correct,
+            speedups=speedups,
+        )
+
+    results = [res("L1/a", "leka", True, 2.0), res("L1/b", "leka", True, 0.5), res("L1/a", "flat", False, 0)]
+    runs = {
+        ("L1/a", "leka"): {
+            "usage": {
+                "calls": 0,
+                "evals": 3,
+                "input_tokens": 0,
+                "output_tokens": 0,
+                "cost": 0.0,
+                "wall_s": 4.0,
+                "stopped": "evals",
+            }
+        },
+        ("L1/b", "leka"): {"usage": {"calls": 0, "evals": 1, "cost": 0.0, "wall_s": 1.0, "stopped": ""}},
+        ("L1/a", "flat"): {
+            "usage": {
+                "calls": 2,
+                "evals": 2,
+                "input_tokens": 10,
+                "output_tokens": 5,
+                "cost": None,
+                "wall_s": 2.0,
+                "stopped": "calls",
+            }
+        },
+    }
+    steps = [
+        {"problem": "L1/a", "method": "leka", "kind": "reuse", "kernels": ["k1", "k2"]},
+        {"problem": "L1/a", "method": "leka", "kind": "judge", "evals": 1, "best_speedup": None},
+        {"problem": "L1/a", "method": "leka", "kind": "judge", "evals": 3, "best_speedup": 2.0},
+        {"problem": "L1/b", "method": "leka", "kind": "judge", "evals": 1, "best_speedup": 0.5},
+    ]
+    rows = {r.method: r for r in method_rows(results, runs, steps)}
+    leka, flat = rows["leka"], rows["flat"]
+    assert leka.problems == 2 and leka.correct_at_1 == 1.0 and leka.fast["tvm-default"] == 0.5
+    assert leka.fast["onnxruntime"] is None and abs(leka.geomean["tvm-default"] - 1.0) < 1e-9
+    assert (leka.evals, leka.wall_s, leka.reused_kernels, leka.stopped) == (4, 5.0, 2, {"evals": 1})
+    assert flat.correct_at_1 == 0.0 and flat.cost is None and flat.tokens == 15 and flat.calls == 2
+    curve = anytime_curves(steps)["leka"]["curve"]
+    assert [pt["with_correct"] for pt in curve] == [1, 1, 2]
+    assert [pt["fast_1"] for pt in curve] == [0.0, 0.0, 0.5]
+    assert abs(curve[-1]["geomean_best"] - 1.0) < 1e-9
+
+
+def test_the_agent_subset():
+    from edgekernelbench.problems import select
+
+    probs = select(subset="agent")
+    assert len(probs) == 23 and {p.id for p in probs} == {p.id for p in select(tag="agent")}
+    assert {p.level for p in probs} == {1, 2, 3}
+    assert len({p.domain for p in probs}) >= 7
+    assert sum(1 for p in probs if p.integer) >= 3 and sum(1 for p in probs if not p.integer) >= 15

@@ -1,0 +1,80 @@
+"""The builtin proposer's search: the analytical cost model and the ranked schedule space of a kernel."""
+
+from __future__ import annotations
+
+import json
+
+from edgekernelbench.generators.rules import Access as Acc
+from edgekernelbench.generators.rules import AxisGroup, BlockFacts, TilePlan
+from edgekernelbench.search.cost import Machine, contraction_cost
+
+AVX512 = Machine(lanes=16, vector_regs=32)
+AVX2 = Machine(lanes=8, vector_regs=16)
+
+
+def matmul_block(n=128, k=128, m=128, b_stride_j=1) -> BlockFacts:
+    """C[i, j] += A[i, k] * B[k, j] with iter vars (i, j, k); B's stride along j is `b_stride_j`."""
+    a = Acc("A", [k, 0, 1])
+    b = Acc("B", [0, b_stride_j, m])
+    c = Acc("C", [m, 1, 0])
+    return BlockFacts("matmul", "SSR", [n, m, k], c, [a, b])
+
+
+def plan(block: BlockFacts, lanes: int, vt: int, ut: int) -> TilePlan:
+    gi = AxisGroup([0], [block.extents[0]], block.write.strides[0], [r.strides[0] for r in block.reads])
+    gj = AxisGroup([1], [block.extents[1]], block.write.strides[1], [r.strides[1] for r in block.reads])
+    gather = any(s is None or abs(s) > 2 for s in gj.reads)
+    return TilePlan(block, [gi, gj], gj, gi, vt, ut, lanes, gather)
+
+
+def test_a_tile_that_spills_costs_more_than_one_that_fits():
+    b = matmul_block()
+    fits = contraction_cost(plan(b, 16, 32, 8), AVX512)  # 16 accumulators + 2 + 1 registers of 32
+    spills = contraction_cost(plan(b, 16, 64, 16), AVX512)  # 64 accumulators: spills every step
+    assert fits < spills
+    # the same tile on a machine with 16 registers spills
+    assert contraction_cost(plan(b, 8, 16, 8), AVX2) < contraction_cost(plan(b, 8, 32, 8), AVX2)
+
+
+def test_register_reuse_beats_a_one_vector_tile():
+    b = matmul_block()
+    assert contraction_cost(plan(b, 16, 32, 4), AVX512) < contraction_cost(plan(b, 16, 16, 1), AVX512)
+
+
+def test_gathers_and_no_accumulator_cache_cost_more():
+    contiguous = contraction_cost(plan(matmul_block(), 16, 32, 4), AVX512)
+    gathered = contraction_cost(plan(matmul_block(b_stride_j=7), 16, 32, 4), AVX512)
+    assert contiguous < gathered
+    assert contiguous < contraction_cost(plan(matmul_block(), 16, 32, 4), AVX512, cache=False)
+
+
+def test_machine_from_a_profile():
+    from edgekernelbench.backends.registry import get_profile
+
+    m = Machine.for_profile(get_profile("rpi4"))
+    assert m.lanes == 4 and m.vector_regs == 32  # NEON: 4 float32 lanes, 32 registers
+    assert m.l1_bytes == 32 * 1024 and m.l2_bytes == 1024 * 1024  # from the profile's caches
+    assert Machine.for_profile(get_profile("host-cpu"), lanes=8).vector_regs == 16
+
+
+def test_the_kernel_space_is_ranked_and_offers_distinct_layers():
+    from edgekernelbench.search.kernels import kernels
+    from edgekernelbench.search.variants import KernelSpace, layer_key
+
+    pid = "L1/tiny_matmul_128"
+    (k,) = kernels(pid)
+    space = KernelSpace(pid, k.name, Machine(lanes=8, vector_regs=16))
+    costs = [c for c, _ in space.ranked]
+    assert len(costs) > 10 and costs == sorted(costs)
+    tried: set[str] = set()
+    loops = []
+    for _ in range(3):
+        v = next(space.alternatives("loop", {}, tried))
+        tried.add(layer_key(v, "loop"))
+        loops.append(v)
+    assert len({layer_key(v, "loop") for v in loops}) == 3  # three different loop layers, cheapest first
+    assert [space.estimate(v.label) for v in loops] == sorted(space.estimate(v.label) for v in loops)
+    accepted = dict(loops[0].layers)
+    targets = list(space.alternatives("target", accepted, set()))
+    assert targets and all(v.layers["loop"] == accepted["loop"] for v in targets)
+    assert all(json.dumps(v.layers["target"]) != json.dumps(accepted["target"]) for v in targets)
