@@ -83,7 +83,7 @@ def _eval_options(f):
     )(f)
     f = click.option("--threads", type=int, default=1, show_default=True, help="Threads for TVM and ORT.")(f)
     f = click.option("--trials", type=int, default=5, show_default=True, help="Correctness trials.")(f)
-    f = click.option("--quick", is_flag=True, help="Short timing protocol (3 rounds of >= 1 ms).")(f)
+    f = click.option("--quick", is_flag=True, help="Short timing protocol (3 rounds of >= 10 ms).")(f)
     f = click.option("--no-measure", is_flag=True, help="Check correctness only; no timing.")(f)
     f = click.option(
         "--timeout", type=float, default=300.0, show_default=True, help="Wall-clock limit per candidate (s)."

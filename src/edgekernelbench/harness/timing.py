@@ -37,7 +37,10 @@ class TimingConfig:
 
     @classmethod
     def quick(cls) -> TimingConfig:
-        return cls(warmup_ms=2.0, min_repeat_ms=1.0, rounds=3)
+        """Few rounds, but not short ones: a candidate timed in its own process (harness/runner.py) pays one
+        request round trip per round (0.1 to several ms here), which 1 ms rounds did not amortise (a GEMM of
+        136 us measured 220-985 us with 3 x 1 ms rounds; 134-144 us with 10 ms rounds)."""
+        return cls(warmup_ms=20.0, min_repeat_ms=10.0, rounds=3)
 
 
 def _calibrate(run: Callable[[int], float], min_repeat_ms: float) -> int:
