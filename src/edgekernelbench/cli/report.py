@@ -43,7 +43,7 @@ def _print_report(run_dir: Path, p: float = 1.0, per_problem: bool = False):
                 console.print(table)
     for line in _generation_lines(run_dir):
         console.print(Text(line), soft_wrap=True)
-    rows = _agent_rows(run_dir, p)
+    rows = _agent_rows(run_dir, p, results)
     if rows:
         from ..report.agents import render_methods
 
@@ -51,13 +51,14 @@ def _print_report(run_dir: Path, p: float = 1.0, per_problem: bool = False):
     return summary
 
 
-def _agent_rows(run_dir: Path, p: float) -> list:
-    """The method comparison of a run made by `ekb agent` (empty for other runs)."""
+def _agent_rows(run_dir: Path, p: float, results: list) -> list:
+    """The method comparison of a run made by `ekb agent` (empty for other runs); `results`: the run's."""
     from ..report.agents import method_rows
     from ..store import RunStore
 
     with RunStore(run_dir) as store:
-        runs, steps, results = store.agent_runs(), store.agent_steps(), store.results()
+        runs = store.agent_runs()
+        steps = store.agent_steps() if runs else []
     return method_rows(results, runs, steps, p) if runs else []
 
 
@@ -162,14 +163,14 @@ def report(run_dir, p, per_problem, json_path, csv_path, anytime_path):
 
         with RunStore(run_dir) as store:
             gens = generation_summary(store.generations())
+            results = store.results()
         data = json.loads(to_json(summary))
         if gens:
             data["generation"] = gens
-        with RunStore(run_dir) as store:
-            by_method = summaries_by_method(store.results())
+        by_method = summaries_by_method(results)
         if len(by_method) > 1:
             data["by_method"] = {m: json.loads(to_json(sub)) for m, sub in by_method.items()}
-        rows = _agent_rows(run_dir, p)
+        rows = _agent_rows(run_dir, p, results)
         if rows:
             data["agents"] = [r.to_dict() for r in rows]
         json_path.write_text(json.dumps(data, indent=1))
