@@ -18,10 +18,10 @@ import time
 from pathlib import Path
 
 from edgekernelbench import metrics
-from edgekernelbench.generators.rules import rule_spec
 from edgekernelbench.harness.timing import TimingConfig
 from edgekernelbench.problems import get_problem, select
 from edgekernelbench.runs import EvalConfig, eval_run
+from edgekernelbench.search.rules import rule_spec
 from edgekernelbench.store import RunStore
 
 TIMING = TimingConfig(warmup_ms=10, min_repeat_ms=5, rounds=7)

@@ -15,11 +15,11 @@ import sys
 import time
 
 from edgekernelbench.generators.reference_candidates import reference_spec
-from edgekernelbench.generators.rules import rule_schedules, rule_spec
 from edgekernelbench.harness.api import evaluate
 from edgekernelbench.harness.isolation import Limits
 from edgekernelbench.harness.timing import TimingConfig
 from edgekernelbench.problems import select
+from edgekernelbench.search.rules import rule_schedules, rule_spec
 
 TIMING = TimingConfig(warmup_ms=10, min_repeat_ms=5, rounds=5)
 LIMITS = Limits(timeout_s=180)

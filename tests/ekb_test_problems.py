@@ -73,3 +73,22 @@ register(
         tags=("test",),
     )
 )
+
+
+def _conv3x3_relu(g):
+    x = g.input("x", (1, 8, 10, 10))
+    y = g.node("Conv", [x, g.weight((16, 8, 3, 3)), g.bias(16)], kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    g.output(g.node("Relu", [y]))
+
+
+register(
+    Problem(
+        id="L1/tiny_conv3x3",
+        level=1,
+        domain="vision",
+        category="conv2d",
+        source="test fixture: conv 3x3 'same' 8->16ch on 10x10, + ReLU (a graph layer: NCHW or NHWC)",
+        graph=_conv3x3_relu,
+        tags=("test",),
+    )
+)

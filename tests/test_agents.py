@@ -155,6 +155,76 @@ def test_leka_reuses_the_kernel_database(tmp_path):
     assert runs[(MATMUL, "leka")]["usage"]["evals"] == 1
 
 
+def test_leka_offline_judges_the_graph_layer(tmp_path, monkeypatch):
+    """The builtin proposer offers NHWC for a convolution: LEKA judges it right after the start. With
+    MIN_GAIN 0 (every correct decision kept, whatever its time) the NHWC candidate is kept: the judge found
+    it correct, it holds the graph passes and decisions keyed by the NHWC graph's kernels."""
+    from edgekernelbench.agents import leka
+    from edgekernelbench.ir.spec import KernelSpec
+    from edgekernelbench.search.graph import NHWC, graph_key
+    from edgekernelbench.search.kernels import kernels
+
+    conv = get_problem("L1/tiny_conv3x3")
+    monkeypatch.setattr(leka, "MIN_GAIN", 0.0)
+    run_agents(tmp_path / "run", [conv], ["leka"], config(tmp_path, budget=2, reuse=False))
+    trajectory, runs, results = steps(tmp_path / "run", "leka")
+    judged = [s for s in trajectory if s.get("kind") == "judge"]
+    assert judged[1].get("layer") == "graph" and "NHWC" in judged[1]["proposal"]
+    assert [s["layer"] for s in trajectory if s.get("kind") == "accept"] == ["graph"]
+    graph = KernelSpec.from_json(json.dumps(judged[1]["spec"]))
+    assert judged[1]["verdict"]["correct"] and graph.decisions.graph["passes"] == NHWC
+    nhwc = {k.name: k.workload for k in kernels(conv.id, graph_key(NHWC))}
+    assert graph.decisions.workloads and all(nhwc[n] == w for n, w in graph.decisions.workloads.items())
+    assert results[(conv.id, 4)].correct  # the final candidate (the best measured, either graph)
+
+
+def test_the_graph_layer_keeps_only_a_correct_and_faster_graph(monkeypatch):
+    """_graph_layer with a scripted judge: a wrong graph, then a correct but not faster one (within
+    MIN_GAIN), are dropped and the proposer is left on the reference's graph; a correct and faster one is
+    kept."""
+    from edgekernelbench.agents import leka
+    from edgekernelbench.records import Result
+
+    class Proposer:
+        graph = ""
+
+        def graphs(self):
+            return [
+                ("graph A", [{"name": "FoldConstant", "args": {}}]),
+                ("graph B", [{"name": "FuseTIR", "args": {}}]),
+            ]
+
+        def start(self, name):
+            return None
+
+    class Ep:
+        problem, method = get_problem(TINY), "leka"
+        cfg = type("Cfg", (), {"reuse": False})
+
+        def __init__(self, verdicts):
+            self.verdicts, self.judged, self.steps = list(verdicts), [], []
+
+        def judge(self, spec, **kw):
+            self.judged.append(spec)
+            correct, s = self.verdicts.pop(0)
+            speedups = {"tvm-default": s} if correct else {}
+            return Result(problem=TINY, sample=4, backend="host-cpu", correct=correct, speedups=speedups)
+
+        def record(self, **kw):
+            self.steps.append(kw)
+
+    monkeypatch.setattr(leka, "kernels", lambda pid, graph="": ())
+    for verdicts, kept in (([(False, 0.0), (True, 1.01)], None), ([(True, 0.5), (True, 1.5)], "graph B")):
+        ep, prop = Ep(verdicts), Proposer()
+        out = leka._graph_layer(ep, None, prop, "t", best=1.0)
+        assert len(ep.judged) == 2 and all(s.decisions.graph["passes"] for s in ep.judged)
+        if kept is None:
+            assert out is None and prop.graph == ""
+        else:
+            assert out[3] == prop.graphs()[1][1] and out[4] == 1.5 and prop.graph
+            assert ep.steps[-1] == {"kind": "accept", "layer": "graph", "proposal": kept, "speedup": 1.5}
+
+
 def test_direct_and_flat_with_a_scripted_model(tmp_path):
     run = tmp_path / "run"
     with FakeLLM({TINY: [NO_CODE, TINY_OK]}) as fake:

@@ -18,12 +18,12 @@ from edgekernelbench.backends.base import BackendProfile
 from edgekernelbench.backends.cross import CrossBackend, EmulatedRunError, kernel_symbol
 from edgekernelbench.backends.registry import get_backend, get_profile
 from edgekernelbench.errors import ToolchainMissing
-from edgekernelbench.generators.rules import rule_spec
 from edgekernelbench.harness.api import evaluate
 from edgekernelbench.harness.isolation import Limits
 from edgekernelbench.ir.spec import KernelSpec
 from edgekernelbench.problems import get_problem
 from edgekernelbench.reference import build_reference
+from edgekernelbench.search.rules import rule_spec
 
 CROSS = ["rpi4", "rpi5", "jetson-orin-cpu", "armv7", "riscv64-rvv"]
 BUILD_PROBLEM = "L1/dense_ae_128x128"

@@ -1,4 +1,4 @@
-"""Rule-based schedules (generators/rules.py) and the model-free candidates (reference_candidates.py)."""
+"""Rule-based schedules (search/rules/) and the model-free candidates (reference_candidates.py)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import json
 import pytest
 
 from edgekernelbench.errors import UnknownProblem
-from edgekernelbench.generators import rules
 from edgekernelbench.generators.reference_candidates import reference_spec, write_reference_candidates
 from edgekernelbench.ir.replay import materialize, workload_key
 from edgekernelbench.ir.spec import KernelSpec, load_candidate
 from edgekernelbench.problems import get_problem
 from edgekernelbench.reference import build_reference_uncached
+from edgekernelbench.search import rules
 
 # (problem, operator class of its main kernel, kernel that must get loop-layer decisions)
 CASES = [

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from edgekernelbench.generators.rules import Access as Acc
-from edgekernelbench.generators.rules import AxisGroup, BlockFacts, TilePlan
 from edgekernelbench.search.cost import Machine, contraction_cost
+from edgekernelbench.search.rules import Access as Acc
+from edgekernelbench.search.rules import AxisGroup, BlockFacts, TilePlan
 
 AVX512 = Machine(lanes=16, vector_regs=32)
 AVX2 = Machine(lanes=8, vector_regs=16)
@@ -78,3 +78,25 @@ def test_the_kernel_space_is_ranked_and_offers_distinct_layers():
     targets = list(space.alternatives("target", accepted, set()))
     assert targets and all(v.layers["loop"] == accepted["loop"] for v in targets)
     assert all(json.dumps(v.layers["target"]) != json.dumps(accepted["target"]) for v in targets)
+
+
+def test_the_graph_layer_relays_the_weights_once():
+    """NHWC is offered for a convolution only; its kernel re-laid out to HWIO runs in main_transform_params
+    (once, at load time), and main takes the re-laid-out weight."""
+    from edgekernelbench.problems import get_problem
+    from edgekernelbench.search.graph import NHWC, graph_alternatives, graph_key, graph_reference
+    from edgekernelbench.search.kernels import kernels
+
+    conv = get_problem("L1/tiny_conv3x3")
+    assert [passes for _, passes in graph_alternatives(conv)] == [NHWC]
+    assert graph_alternatives(get_problem("L1/tiny_matmul_128")) == []
+    key = graph_key(NHWC)
+    ref = graph_reference(conv.id, key)
+    main = ref.module["main"]
+    signature = main.script().split("def main(")[1].split(")\n")[0]
+    assert 'R.Tensor((3, 3, 8, 16), dtype="float32")' in signature  # main takes the HWIO weight
+    lifted = ref.module["main_transform_params"].script()
+    assert "R.Tensor((3, 3, 8, 16)" in lifted  # the weight's transpose is lifted: run once
+    names = [k.name for k in kernels(conv.id, key)]
+    assert len(names) == 3 and all(n in ref.kernel_calls() for n in names)  # in, conv, out (activations)
+    assert [k.name for k in kernels(conv.id)] != names  # the reference's graph: the conv alone

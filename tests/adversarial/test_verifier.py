@@ -440,7 +440,7 @@ def _spread(level: int, every: int) -> list[str]:
 def _built_ins(problem_id: str, lanes: int = 8):
     """(label, module) of every CPU built-in candidate of a problem, as the judge would get them."""
     from edgekernelbench.generators.reference_candidates import reference_spec
-    from edgekernelbench.generators.rules import rule_spec
+    from edgekernelbench.search.rules import rule_spec
 
     p = get_problem(problem_id)
     ref = build_reference(p)

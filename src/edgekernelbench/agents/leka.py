@@ -4,8 +4,12 @@
    decisions are replayed before any budget is spent on that kernel; the other kernels start from the
    proposer's starting point (builtin: the rule-based schedule; a model: the reference). One evaluation
    checks them all; if they no longer apply, LEKA starts from the reference.
-2. Profile the current best (the judge's time share of every kernel) and take the kernels that matter
-   (largest share first, down to MIN_SHARE).
+2. The graph layer (proposers that offer graphs: the builtin one): each alternative graph (e.g. convolutions
+   in NHWC with the weights re-laid out once in main_transform_params; search/graph.py), its kernels at
+   their stored decisions or the proposer's starting point, is judged; the first that is correct and
+   faster by MIN_GAIN is kept, and the kernels below are that graph's.
+   Then profile the current best (the judge's time share of every kernel) and take the kernels that
+   matter (largest share first, down to MIN_SHARE).
 3. For each kernel, for each layer in order (loop, memory, target): ask the proposer for that layer's
    decisions only, with the kernel's current IR, the earlier layers' decisions and the judge's feedback;
    judge the candidate; keep the decision only when it is correct and faster (speedup over tvm-default
@@ -19,9 +23,11 @@ from __future__ import annotations
 
 import logging
 
+from ..errors import EKBError
 from ..generators.reference_candidates import reference_spec
 from ..ir.spec import SCHEDULE_LAYERS, Decisions, KernelSpec
 from ..kerneldb import Entry, KernelDB
+from ..search.graph import graph_key
 from ..search.kernels import backend_target_key, concat_traces, kernels, tvm_version
 from .budget import BudgetExhausted
 from .episode import Episode, profile_rows, score, verdict_text
@@ -34,9 +40,19 @@ ATTEMPTS = 3  # proposals per kernel and layer in one pass
 PASSES = 2
 
 
-def build_spec(problem, state: dict, method: str, code: str | None = None, workloads: dict | None = None):
-    """A candidate: the reference with `state` (kernel -> layer traces) replayed, then `code` (if any)."""
+def build_spec(
+    problem,
+    state: dict,
+    method: str,
+    code: str | None = None,
+    workloads: dict | None = None,
+    graph: list | None = None,
+):
+    """A candidate: the reference (after the `graph` passes, if any) with `state` (kernel -> layer traces)
+    replayed, then `code` (if any)."""
     dec = Decisions()
+    if graph:
+        dec.graph = {"passes": graph}
     for name, layers in state.items():
         for layer, trace in layers.items():
             getattr(dec, layer)[name] = trace
@@ -64,17 +80,9 @@ def run_leka(ep: Episode, proposer) -> None:
     workloads = {k.name: k.workload for k in ks.values()}
     target = backend_target_key(ep.cfg.backend)
     state: dict[str, dict] = {}
-    reused: set[str] = set()
     db = KernelDB(ep.cfg.kernel_db)
     try:
-        if ep.cfg.reuse:
-            for k in ks.values():
-                found = db.lookup(k.workload, target)
-                if found:
-                    state[k.name] = dict(found[0].layers)
-                    reused.add(k.name)
-            if reused:
-                ep.record(kind="reuse", kernels=sorted(reused))
+        reused = _reuse(ep, db, ks, target, state)
         started = _starting_points(proposer, ks, state)
         label = f"start ({len(started)} kernel(s) at the proposer's starting point)" if started else "start"
         res = ep.judge(build_spec(problem, state, ep.method, workloads=workloads), label=label)
@@ -84,18 +92,71 @@ def run_leka(ep: Episode, proposer) -> None:
             res = ep.judge(build_spec(problem, state, ep.method), label="reference")
         best = score(res) or 0.0
         rows = profile_rows(res)
+        graph: list = []
         try:
+            if res.correct and hasattr(proposer, "graphs"):
+                kept = _graph_layer(ep, db, proposer, target, best)
+                if kept is not None:
+                    ks, state, reused, graph, best, rows = kept
+                    workloads = {k.name: k.workload for k in ks.values()}
             for pass_ in range(PASSES):
                 for name in _kernels_that_matter(rows, ks):
                     if pass_ == 0 and name in reused:
                         continue
                     for layer in SCHEDULE_LAYERS:
-                        best, rows = _layer(ep, proposer, ks[name], layer, state, best, rows, workloads)
+                        best, rows = _layer(
+                            ep, proposer, ks[name], layer, state, best, rows, workloads, graph
+                        )
         except BudgetExhausted as e:
             ep.record(kind="stop", why=str(e))
         _remember(ep, db, state, reused, ks, target)
     finally:
         db.close()
+
+
+def _reuse(ep: Episode, db: KernelDB, ks: dict, target: str, state: dict) -> set[str]:
+    """Kernels whose workload the kernel database holds for this target start from the stored decisions
+    (into `state`); returns their names."""
+    reused: set[str] = set()
+    if not ep.cfg.reuse:
+        return reused
+    for k in ks.values():
+        found = db.lookup(k.workload, target)
+        if found:
+            state[k.name] = dict(found[0].layers)
+            reused.add(k.name)
+    if reused:
+        ep.record(kind="reuse", kernels=sorted(reused))
+    return reused
+
+
+def _graph_layer(ep: Episode, db: KernelDB, proposer, target: str, best: float):
+    """Judges each graph the proposer offers, its kernels at their stored decisions or the proposer's
+    starting point; returns (kernels, state, reused, passes, speedup, profile) of the first correct and
+    faster by MIN_GAIN, else None (the proposer is left on the reference's graph)."""
+    for label, passes in proposer.graphs():
+        proposer.graph = graph_key(passes)
+        try:
+            ks = {k.name: k for k in kernels(ep.problem.id, proposer.graph)}
+        except EKBError as e:  # the passes do not apply to this graph: not an alternative
+            ep.record(kind="proposal", layer="graph", proposal=label, error=str(e))
+            proposer.graph = ""
+            continue
+        state: dict[str, dict] = {}
+        reused = _reuse(ep, db, ks, target, state)
+        _starting_points(proposer, ks, state)
+        workloads = {k.name: k.workload for k in ks.values()}
+        res = ep.judge(
+            build_spec(ep.problem, state, ep.method, workloads=workloads, graph=passes),
+            layer="graph",
+            label=label,
+        )
+        s = score(res)
+        if s is not None and s > best * MIN_GAIN:
+            ep.record(kind="accept", layer="graph", proposal=label, speedup=s)
+            return ks, state, reused, passes, s, profile_rows(res)
+        proposer.graph = ""
+    return None
 
 
 def _starting_points(proposer, ks: dict, state: dict) -> list[str]:
@@ -119,7 +180,7 @@ def _kernels_that_matter(rows: list[dict], ks: dict) -> list[str]:
     return seen or list(ks)  # no profile (nothing timed): every kernel, in call order
 
 
-def _layer(ep: Episode, proposer, kernel, layer: str, state: dict, best: float, rows, workloads):
+def _layer(ep: Episode, proposer, kernel, layer: str, state: dict, best: float, rows, workloads, graph):
     feedback: list[str] = []
     for _ in range(ATTEMPTS):
         accepted = dict(state.get(kernel.name, {}))
@@ -133,7 +194,7 @@ def _layer(ep: Episode, proposer, kernel, layer: str, state: dict, best: float, 
         trial = dict(state)
         if prop.layers is not None:
             trial[kernel.name] = prop.layers
-        spec = build_spec(ep.problem, trial, ep.method, prop.code, workloads)
+        spec = build_spec(ep.problem, trial, ep.method, prop.code, workloads, graph)
         res = ep.judge(spec, kernel=kernel.name, layer=layer, label=prop.label)
         s = score(res)
         if s is not None and s > best * MIN_GAIN:
@@ -147,7 +208,7 @@ def _layer(ep: Episode, proposer, kernel, layer: str, state: dict, best: float, 
             state.update(trial)
             if prop.code is not None and ep.best is not None and ep.best[1] is res:
                 # the kept layer as data: the trace that code made, replayed in place of the code
-                kept = build_spec(ep.problem, state, ep.method, workloads=workloads)
+                kept = build_spec(ep.problem, state, ep.method, workloads=workloads, graph=graph)
                 kept.notes = f"{prop.label}: the trace its schedule code made, as that kernel's {layer} layer"
                 ep.best = (kept, res, s)
             ep.record(kind="accept", kernel=kernel.name, layer=layer, proposal=prop.label, speedup=s)

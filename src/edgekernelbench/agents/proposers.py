@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from ..llm.prompts import render_prompt
 from ..search.cost import Machine
+from ..search.graph import graph_alternatives
 from ..search.kernels import KernelInfo, kernel_script
 from ..search.variants import KernelSpace, layer_key, rule_variants
 from .episode import Episode
@@ -52,22 +53,30 @@ class BuiltinProposer:
     def __init__(self, episode: Episode):
         self.ep = episode
         self.machine = Machine.for_profile(episode.cfg.backend)
-        self.tried: dict[tuple[str, str], set[str]] = {}
-        self.spaces: dict[str, KernelSpace] = {}
+        self.tried: dict[tuple[str, str, str], set[str]] = {}
+        self.spaces: dict[tuple[str, str], KernelSpace] = {}
+        self.graph = ""  # the graph key (search/graph.py) the kernels belong to; LEKA sets it
 
     def space(self, kernel: str) -> KernelSpace:
-        if kernel not in self.spaces:
-            self.spaces[kernel] = KernelSpace(self.ep.problem.id, kernel, self.machine, self.ep.cfg.threads)
-        return self.spaces[kernel]
+        key = (self.graph, kernel)
+        if key not in self.spaces:
+            self.spaces[key] = KernelSpace(
+                self.ep.problem.id, kernel, self.machine, self.ep.cfg.threads, graph=self.graph
+            )
+        return self.spaces[key]
+
+    def graphs(self) -> list[tuple[str, list[dict]]]:
+        """The graph layer's alternatives to the reference's graph: (label, passes)."""
+        return graph_alternatives(self.ep.problem)
 
     def start(self, kernel: str) -> dict | None:
         """Where the search of a kernel starts: its rule-based schedule (the rules' first strategy that
         applies at the target's vector width), every layer filled."""
-        vs = rule_variants(self.ep.problem.id, kernel, self.machine.lanes, self.ep.cfg.threads)
+        vs = rule_variants(self.ep.problem.id, kernel, self.machine.lanes, self.ep.cfg.threads, self.graph)
         return dict(vs[0].layers) if vs else None
 
     def propose(self, req: LayerRequest) -> Proposal | None:
-        tried = self.tried.setdefault((req.kernel.name, req.layer), set())
+        tried = self.tried.setdefault((self.graph, req.kernel.name, req.layer), set())
         space = self.space(req.kernel.name)
         for v in space.alternatives(req.layer, req.accepted, tried):
             tried.add(layer_key(v, req.layer))
@@ -83,6 +92,7 @@ class LLMProposer:
     def __init__(self, episode: Episode, model: ModelClient):
         self.ep, self.model = episode, model
         self.n = 0
+        self.graph = ""  # graph layers come from the builtin proposer only (a model writes schedules)
 
     def propose(self, req: LayerRequest) -> Proposal | None:
         pid = self.ep.problem.id
@@ -92,7 +102,7 @@ class LLMProposer:
             self.ep.cfg.backend,
             kernel=req.kernel.name,
             op_class=req.kernel.op_class,
-            kernel_script=kernel_script(pid, req.accepted, req.kernel.name).strip(),
+            kernel_script=kernel_script(pid, req.accepted, req.kernel.name, self.graph).strip(),
             accepted=list(req.accepted),
             layer=req.layer,
             feedback=req.feedback,

@@ -4,7 +4,7 @@ the reference with dlight's default GPU schedule (`gpu_default_spec`).
 For every problem, `write_reference_candidates` writes into a run directory
 
     candidates/<problem id>/sample0.py    the reference IRModule as TVMScript (unscheduled)
-    candidates/<problem id>/sample1.json  the rule-based spec (decisions only, see rules.py)
+    candidates/<problem id>/sample1.json  the rule-based spec (decisions only, see search/rules/)
 
 The problem id contains a "/" (e.g. "L1/dwconv3x3_kws"), so each level is a directory.
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..ir.spec import KernelSpec
-from .rules import rule_spec
+from ..search.rules import rule_spec
 
 
 def reference_spec(problem) -> KernelSpec:

@@ -205,15 +205,15 @@ def parse_module(text: str, source: str = "candidate", metadata: str = ""):
 
 
 def apply_graph_decisions(problem, passes: list[dict]):
-    """Rebuilds the reference with graph-layer Relax passes applied before legalization and fusion."""
+    """Rebuilds the reference with graph-layer Relax passes applied before legalization and fusion. The
+    passes see the weights as parameters of `main`; what they add that depends on weights only (e.g. the
+    kernel re-laid out by ConvertLayout) is then lifted into `main_transform_params`, run once."""
     import tvm
     from tvm import relax
 
     from ..reference import legalize_and_fuse, relax_from_onnx, strip_params
 
     mod = relax_from_onnx(problem.model)
-    if "params" in mod["main"].attrs:
-        mod = relax.transform.LiftTransformParams()(mod)
     seq = []
     for p in passes:
         name, args = p.get("name"), p.get("args", {})
@@ -229,6 +229,8 @@ def apply_graph_decisions(problem, passes: list[dict]):
         if bad:
             raise DecisionError("main", "graph", passes.index(p), name, f"unknown arguments {sorted(bad)}")
         seq.append(getattr(relax.transform, name)(**args))
+    if "params" in mod["main"].attrs:
+        seq.append(relax.transform.LiftTransformParams())
     try:
         mod = tvm.transform.Sequential(seq)(mod)
     except Exception as e:

@@ -2,7 +2,7 @@
 is measured, so the judge's evaluations go to the few that look best.
 
 For a contraction (conv, pointwise, depthwise, dense, matmul, pool) scheduled as a register tile
-([outer spatial] x [reduction] x [unroll tile ut] x [vector tile vt], generators.rules.contraction_plan),
+([outer spatial] x [reduction] x [unroll tile ut] x [vector tile vt], search.rules.contraction_plan),
 one step of the reduction inside a tile costs
 
     max(FMAs / FMA issue rate, loads / load issue rate) + spills
@@ -74,7 +74,7 @@ class Machine:
 
 
 def contraction_cost(plan, machine: Machine, *, cache: bool = True, unroll_step: int = 64) -> float:
-    """Estimated cycles of a contraction scheduled with `plan` (generators.rules.TilePlan)."""
+    """Estimated cycles of a contraction scheduled with `plan` (search.rules.TilePlan)."""
     b = plan.block
     lanes = plan.lanes
     nvec, ut, vt = plan.nvec, plan.ut, plan.vt

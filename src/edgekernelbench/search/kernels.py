@@ -13,19 +13,20 @@ from ..ir.spec import SCHEDULE_LAYERS, Decisions
 class KernelInfo:
     name: str  # the PrimFunc's name in the reference (decisions are keyed by it)
     workload: str  # ir.replay.workload_key: the same workload in any problem has the same key
-    op_class: str  # generators.rules classification: conv2d, pointwise, dense, injective, ...
+    op_class: str  # search.rules classification: conv2d, pointwise, dense, injective, ...
     flops: float | None
 
 
 @functools.lru_cache(maxsize=64)
-def kernels(problem_id: str) -> tuple[KernelInfo, ...]:
-    """The kernels the reference's main calls, in call order (weight transforms excluded)."""
-    from ..generators.rules import analyze
+def kernels(problem_id: str, graph: str = "") -> tuple[KernelInfo, ...]:
+    """The kernels the reference's main calls, in call order (weight transforms excluded); `graph`: a
+    graph key (search/graph.py), "" for the reference's graph."""
     from ..ir.replay import workload_key
-    from ..problems import get_problem
-    from ..reference import build_reference, kernel_flops
+    from ..reference import kernel_flops
+    from .graph import graph_reference
+    from .rules import analyze
 
-    ref = build_reference(get_problem(problem_id))
+    ref = graph_reference(problem_id, graph)
     funcs = ref.primfuncs()
     out = []
     for name in dict.fromkeys(ref.kernel_calls()):
@@ -48,13 +49,13 @@ def kernel_layers(decisions: Decisions, name: str) -> dict:
     }
 
 
-def kernel_script(problem_id: str, layers: dict, name: str) -> str:
-    """TVMScript of kernel `name` after its `layers` are replayed on the reference's PrimFunc."""
+def kernel_script(problem_id: str, layers: dict, name: str, graph: str = "") -> str:
+    """TVMScript of kernel `name` after its `layers` are replayed on the PrimFunc of the reference (with
+    graph key `graph` applied)."""
     from ..ir.replay import apply_trace, combine_layers
-    from ..problems import get_problem
-    from ..reference import build_reference
+    from .graph import graph_reference
 
-    func = build_reference(get_problem(problem_id)).primfuncs()[name]
+    func = graph_reference(problem_id, graph).primfuncs()[name]
     if layers:
         trace, where = combine_layers(
             [(layer, layers[layer]) for layer in SCHEDULE_LAYERS if layer in layers]

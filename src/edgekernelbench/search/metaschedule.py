@@ -28,10 +28,11 @@
 Returns a KernelSpec (judged by the caller) and a report (per kernel: trials given and measured, the best
 time MetaSchedule measured, tuning seconds, status; total wall time).
 
-Fixed costs (2-core machine): MetaSchedule's TuneContext imports tvm.s_tir.tensor_intrin, which registers
-the tensor intrinsics of every target (CUDA's alone ~60% of it): 20-40 s, once per process; then about
-10 s of evolutionary search per workload before the first measurement. Builds skip that import
-(`_build_candidate`)."""
+Fixed costs (2-core machine): MetaSchedule's TuneContext imports tvm.s_tir.tensor_intrin, whose package
+registers the tensor intrinsics of every target by parsing them (CUDA's alone 20-60 s here, x86's 1 s);
+`cpu_intrinsics_only` registers the CPU target's family only (what MetaSchedule's CPU rules can use), so
+MetaSchedule's wall time is its search, not that import. Then about 10 s of evolutionary search per
+workload before the first measurement. Builds skip the import too (`_build_candidate`)."""
 
 from __future__ import annotations
 
@@ -159,6 +160,48 @@ def _same_trace(a: list, b: list) -> bool:
     return a[0] == b[0] and sorted(map(key, a[1])) == sorted(map(key, b[1]))
 
 
+INTRINSIC_FAMILIES = {
+    "x86": "x86",
+    "i386": "x86",
+    "aarch64": "arm_cpu",
+    "arm": "arm_cpu",
+    "riscv": "riscv_cpu",
+}
+
+
+def cpu_intrinsics_only(target: dict) -> str | None:
+    """Registers the tensor intrinsics of the CPU target's family only (x86, arm_cpu or riscv_cpu), and
+    makes `import tvm.s_tir.tensor_intrin` (MetaSchedule's TuneContext runs it) a no-op that does not
+    parse every other target's intrinsics. Returns the family, or None when the package was left to import
+    as it is (already imported, or a target outside these families)."""
+    import importlib
+    import platform
+    import sys
+    import types
+    from pathlib import Path
+
+    import tvm.s_tir
+
+    name = "tvm.s_tir.tensor_intrin"
+    if name in sys.modules:
+        return None
+    triple = str(target.get("mtriple") or platform.machine())
+    family = next((f for arch, f in INTRINSIC_FAMILIES.items() if triple.startswith(arch)), None)
+    if target.get("kind") != "llvm" or family is None:
+        return None
+    pkg = types.ModuleType(name, "tvm.s_tir.tensor_intrin, with only the CPU target's intrinsics registered")
+    pkg.__path__ = [str(Path(tvm.s_tir.__file__).parent / "tensor_intrin")]
+    sys.modules[name] = pkg
+    tvm.s_tir.tensor_intrin = pkg
+    try:
+        importlib.import_module(f"{name}.{family}")
+    except Exception:  # the family's module failed: let the package import everything, as TVM does
+        del sys.modules[name]
+        raise
+    log.info("MetaSchedule: registered the %s tensor intrinsics only", family)
+    return family
+
+
 def tune_problem(
     problem_id: str,
     profile,
@@ -184,7 +227,6 @@ def tune_problem(
     from tvm.s_tir import meta_schedule as ms
 
     from ..backends.host import resolve_target
-    from ..generators.reference_candidates import reference_spec
     from ..ir.replay import _as_main, apply_trace, combine_layers, split_flat_trace
     from ..problems import get_problem
     from ..reference import build_reference
@@ -193,10 +235,12 @@ def tune_problem(
     t_start = time.perf_counter()
     problem = get_problem(problem_id)
     target_dict = resolve_target(profile)
+    cpu_intrinsics_only(target_dict)
     target = (
         tvm.target.Target(target_dict, host=profile.host) if profile.host else tvm.target.Target(target_dict)
     )
-    funcs = build_reference(problem).primfuncs()
+    ref = build_reference(problem)
+    funcs = ref.primfuncs()
     ks = kernels(problem_id)
     report_of = {k.name: KernelTuning(k.name, k.workload, k.flops) for k in ks}
     groups: dict[str, list] = {}  # workload key -> kernels with it, in call order
@@ -299,7 +343,7 @@ def tune_problem(
         },
     )
     if dec.is_empty():
-        spec.module = reference_spec(problem).module
+        spec.module = ref.script()  # nothing tuned: the candidate is the reference itself
     return spec, report
 
 

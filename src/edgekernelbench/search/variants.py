@@ -1,5 +1,5 @@
 """The offline proposer's alternatives for one kernel: complete schedules (loop, memory and target layers)
-from the rule-based scheduler's strategies (generators/rules.py), for several vector widths. Layer by layer,
+from the rule-based scheduler's strategies (search/rules/), for several vector widths. Layer by layer,
 an alternative for layer L is a variant whose earlier layers equal the accepted ones and whose layer L
 differs (`alternatives`); it comes with its own later layers as a completion, so it can be judged as it is.
 Each variant replays on a fresh schedule and builds for the host target before it is offered."""
@@ -38,17 +38,18 @@ def lanes_options(max_lanes: int) -> tuple[int, ...]:
 
 
 @functools.lru_cache(maxsize=256)
-def rule_variants(problem_id: str, name: str, max_lanes: int, threads: int = 1) -> tuple[Variant, ...]:
-    """Every rules strategy x vector width that applies to kernel `name`, replays and builds, in the rules'
-    order of preference (the first is what the rule-based candidate uses)."""
+def rule_variants(
+    problem_id: str, name: str, max_lanes: int, threads: int = 1, graph: str = ""
+) -> tuple[Variant, ...]:
+    """Every rules strategy x vector width that applies to kernel `name` (of graph key `graph`), replays and
+    builds, in the rules' order of preference (the first is what the rule-based candidate uses)."""
     import tvm
 
-    from ..generators.rules import LOOKUPS, Skip, analyze, build_target, strategies
     from ..ir.replay import LayerRecorder, apply_trace, combine_layers
-    from ..problems import get_problem
-    from ..reference import build_reference
+    from .graph import graph_reference
+    from .rules import LOOKUPS, Skip, analyze, build_target, strategies
 
-    func = build_reference(get_problem(problem_id)).primfuncs()[name]
+    func = graph_reference(problem_id, graph).primfuncs()[name]
     try:
         facts = analyze(func, name)
     except Exception as e:  # noqa: BLE001
@@ -124,13 +125,12 @@ class KernelSpace:
     (search/cost.py); the other rules strategies after them, in the rules' order. Points are recorded
     (scheduled on a LayerRecorder) when first needed and built for the host only when offered."""
 
-    def __init__(self, problem_id: str, name: str, machine, threads: int = 1):
-        from ..generators.rules import analyze
-        from ..problems import get_problem
-        from ..reference import build_reference
+    def __init__(self, problem_id: str, name: str, machine, threads: int = 1, graph: str = ""):
+        from .graph import graph_reference
+        from .rules import analyze
 
         self.problem_id, self.name, self.machine, self.threads = problem_id, name, machine, threads
-        self.func = build_reference(get_problem(problem_id)).primfuncs()[name]
+        self.func = graph_reference(problem_id, graph).primfuncs()[name]
         self._recorded: dict[Config, Variant | None] = {}
         self._built: dict[Config, bool] = {}
         try:
@@ -142,8 +142,8 @@ class KernelSpace:
         self.ranked = self._rank()
 
     def _rank(self) -> list[tuple[float, Config]]:
-        from ..generators.rules import Skip, contraction_plan, strategies
         from .cost import contraction_cost
+        from .rules import Skip, contraction_plan, strategies
 
         scored: dict[tuple, tuple[float, Config]] = {}
         others: list[Config] = []
@@ -173,8 +173,8 @@ class KernelSpace:
     def _record(self, cfg: Config) -> Variant | None:
         if cfg in self._recorded:
             return self._recorded[cfg]
-        from ..generators.rules import LOOKUPS, Skip, schedule_contraction, strategies
         from ..ir.replay import LayerRecorder
+        from .rules import LOOKUPS, Skip, schedule_contraction, strategies
 
         rec = LayerRecorder(self.func)
         out = None
@@ -206,8 +206,8 @@ class KernelSpace:
         if cfg not in self._built:
             import tvm
 
-            from ..generators.rules import build_target
             from ..ir.replay import apply_trace, combine_layers
+            from .rules import build_target
 
             try:
                 trace, where = combine_layers([(k, v.layers[k]) for k in SCHEDULE_LAYERS if k in v.layers])

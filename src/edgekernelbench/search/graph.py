@@ -1,0 +1,51 @@
+"""The graph layer of the builtin proposer: a problem's alternative graphs, derived from its operators.
+
+A graph decision is a list of Relax passes (`Decisions.graph["passes"]`, replayed by
+`ir.replay.apply_graph_decisions` before legalization and fusion); what they add that depends on weights
+only (e.g. a kernel re-laid out) is lifted into `main_transform_params` and runs once, at load time.
+Today's alternatives: convolutions in NHWC with HWIO kernels (the output channel, contiguous in the
+output and in the re-laid-out weights, becomes the vector axis; strided and small-spatial convolutions
+then vectorize without gathers), at the price of transposing the activations where the graph enters and
+leaves that layout. Packed layouts (NCHW[x]c) are not offered: TVM 0.27's Relax has no legalization for
+conv2d in them (the op stays high-level and cannot be built).
+
+A graph is named by its key (`graph_key`: the passes as canonical JSON; "" is the reference's graph), and
+the kernels, schedule spaces and scripts of search/ take that key."""
+
+from __future__ import annotations
+
+import functools
+import json
+
+NHWC = [{"name": "ConvertLayout", "args": {"desired_layouts": {"relax.nn.conv2d": ["NHWC", "HWIO"]}}}]
+
+
+def graph_key(passes: list[dict] | None) -> str:
+    return json.dumps(passes, sort_keys=True) if passes else ""
+
+
+def graph_passes(key: str) -> list[dict]:
+    return json.loads(key) if key else []
+
+
+def graph_alternatives(problem) -> list[tuple[str, list[dict]]]:
+    """(label, passes) for each graph worth judging besides the reference's: NHWC when the model has 2-D
+    convolutions (ONNX Conv with a 4-D weight)."""
+    inits = {t.name: len(t.dims) for t in problem.model.graph.initializer}
+    convs = [n for n in problem.model.graph.node if n.op_type == "Conv" and inits.get(n.input[1]) == 4]
+    return [("graph: conv2d NHWC / HWIO weights", NHWC)] if convs else []
+
+
+@functools.lru_cache(maxsize=32)
+def graph_reference(problem_id: str, key: str = ""):
+    """The reference of `problem_id` with graph `key` applied (the reference itself for "")."""
+    from ..ir.replay import apply_graph_decisions
+    from ..problems import get_problem
+    from ..reference import Reference, build_reference
+
+    problem = get_problem(problem_id)
+    ref = build_reference(problem)
+    if not key:
+        return ref
+    mod = apply_graph_decisions(problem, graph_passes(key))
+    return Reference(problem_id, mod, ref.input_names, ref.param_names, ref.params)

@@ -1,0 +1,224 @@
+"""The rule for contractions (conv2d, pointwise, depthwise, dense, matmul, windowed pool, reductions with
+one reduction block): a register tile of vector accumulators (`TilePlan`, `contraction_plan`), then the
+loop, memory and target layers (`schedule_contraction`). `contraction_plan` is what the cost model
+(search/cost.py) reads without scheduling."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .analysis import (
+    AxisGroup,
+    BlockFacts,
+    FuncFacts,
+    _single,
+    axis_groups,
+    choose_unroll_group,
+    choose_vector_group,
+    vec_tile,
+)
+from .primitives import (
+    ACC_VECTORS,
+    AUTO_UNROLL_STEP,
+    MAX_VEC_TILE,
+    PARALLEL_MIN_WORK,
+    UNROLL_REDUCTION_MAX,
+    Skip,
+    _gone,
+    _has_if_then_else,
+    _inline_all,
+    _lanes,
+    _producers_consumers,
+    _try,
+    _vectorize_block_loops,
+    _vectorize_innermost,
+    _vectorize_tail,
+)
+
+
+def _inline_ok(main: BlockFacts, prod: BlockFacts, gv: AxisGroup) -> bool:
+    """A producer may be inlined into the main block unless it is padding with a bounds check on a
+    buffer dim that the vectorized axis walks."""
+    if not prod.padded_dims:
+        return True
+    walked = set(gv.members)
+    return not any(
+        a.buffer == prod.write.buffer
+        and a.dims
+        and any(walked & a.dims[d] for d in prod.padded_dims if d < len(a.dims))
+        for a in main.reads
+    )
+
+
+@dataclass
+class TilePlan:
+    """The register tile of a contraction: [outer spatial] x [reduction] x [unroll tile] x [vector tile]."""
+
+    block: BlockFacts
+    groups: list[AxisGroup]
+    gv: AxisGroup  # the vectorized axis (group)
+    gu: AxisGroup | None  # the unrolled axis, if any
+    vt: int  # vector tile (elements)
+    ut: int  # unroll tile
+    lanes: int
+    gather: bool  # the vectorized axis gathers in some read: one vector per tile, no auto-unroll
+
+    @property
+    def nvec(self) -> int:
+        return -(-self.vt // self.lanes)
+
+
+def contraction_plan(
+    facts: FuncFacts, lanes: int, max_vectors: int = MAX_VEC_TILE, acc_vectors: int = ACC_VECTORS
+) -> TilePlan:
+    """The tile `schedule_contraction` uses for these parameters (raises Skip when none fits)."""
+    b = facts.block(facts.main)
+    if not b.loops_match_iters:
+        raise Skip("loops do not bind the block's iter vars one to one")
+    lanes = _lanes(lanes, b)
+    groups = axis_groups(b, lanes)
+    gather = False
+    for _ in range(2):
+        gv, v_score = choose_vector_group(groups)
+        if gv is None or v_score <= 0:
+            raise Skip("no spatial axis vectorizes without gathers")
+        if (
+            facts.op_class == "pool"
+            and any(st not in (0, 1) for st in gv.reads)
+            and all(b.extents[i] <= UNROLL_REDUCTION_MAX for i in b.reduce)
+        ):
+            raise Skip("small windows read with a stride: a vectorized loop would gather")
+        if any(st is None or abs(st) > 2 for st in gv.reads):
+            # a gathered read: one vector per tile, no auto-unroll (LLVM's compile time explodes
+            # on unrolled wide gathers: minutes for a 64x64 global pool)
+            max_vectors, gather = 1, True
+        gu = choose_unroll_group(groups, gv)
+        vt = vec_tile(gv.extent, lanes, max_vectors if gu is None else min(2, max_vectors), gv.tiles())
+        if len(gv.members) == 1 or vt > gv.extents[-1]:
+            break
+        # the tile fits in the innermost axis: merging would only add index divisions
+        k = groups.index(gv)
+        groups[k : k + 1] = [_single(b, i) for i in gv.members]
+    nvec = -(-vt // lanes)
+    ut = max(t for t in gu.tiles() if t <= max(1, acc_vectors // nvec)) if gu is not None else 1
+    return TilePlan(b, groups, gv, gu, vt, ut, lanes, gather)
+
+
+def schedule_contraction(
+    rec,
+    facts: FuncFacts,
+    lanes: int,
+    *,
+    cache: bool = True,
+    inline_pad: bool = False,
+    parallel: bool = False,
+    annotate: bool = True,
+    max_vectors: int = MAX_VEC_TILE,
+    acc_vectors: int = ACC_VECTORS,
+    unroll_step: int = AUTO_UNROLL_STEP,
+) -> dict:
+    """Conv / depthwise / pointwise / dense / matmul / windowed pool: one reduction block with
+    injective producers (padding, casts) and consumers (bias, activation, requantize).
+
+    Tile: [outer spatial (fused)] x [reduction] x [unrolled axis] x [vectorized axis]; the unrolled
+    and vectorized tiles hold `acc_vectors` vector accumulators (cache_write "local"). `unroll_step`:
+    the auto-unroll annotation of the target layer (0: none)."""
+    sch = rec.sch
+    plan = contraction_plan(facts, lanes, max_vectors, acc_vectors)
+    b, groups, gv, gu, vt, ut, lanes = plan.block, plan.groups, plan.gv, plan.gu, plan.vt, plan.ut, plan.lanes
+    annotate = annotate and not plan.gather and unroll_step > 0
+    info: dict = {
+        "vector_axis": gv.members,
+        "vector_tile": vt,
+        "unroll_axis": gu.members if gu else None,
+        "unroll_tile": ut,
+    }
+    producers, consumers = _producers_consumers(facts, b.name)
+    fused = None
+    with rec.layer("loop"):
+        # padding whose bounds checks run along the vectorized axis stays a separate copy (inlined,
+        # the checks block vectorization); other producers (casts, row-only padding) are inlined
+        inl = [p for p in reversed(producers) if inline_pad or _inline_ok(b, facts.block(p), gv)]
+        info["inlined"] = _inline_all(sch, inl)
+        info["epilogue_inlined"] = _inline_all(sch, list(reversed(consumers)), reverse=True)
+        mb = sch.get_sblock(b.name)
+        loops = sch.get_loops(mb)
+        outer, inner_u, inner_v = [], [], []
+        for g in groups:
+            lp = sch.fuse(*[loops[i] for i in g.members]) if len(g.members) > 1 else loops[g.members[0]]
+            tile = vt if g is gv else ut if g is gu else None
+            if tile is None:
+                outer.append(lp)
+                continue
+            if tile < g.extent:
+                lo, lp = sch.split(lp, [None, tile])
+                outer.append(lo)
+            (inner_v if g is gv else inner_u).append(lp)
+        red = [loops[i] for i in b.reduce]
+        sch.reorder(*outer, *red, *inner_u, *inner_v)
+        fused = sch.fuse(*outer) if len(outer) > 1 else (outer[0] if outer else None)
+        tiles = math.prod(g.extent for g in groups) // (vt * ut)
+        if parallel and fused is not None and tiles > 1 and b.work() >= PARALLEL_MIN_WORK:
+            sch.parallel(fused)
+            info["parallel"] = True
+        for i, lp in zip(b.reduce, red, strict=True):
+            if 1 < b.extents[i] <= UNROLL_REDUCTION_MAX and i != b.reduce[0]:
+                sch.unroll(lp)
+        for lp in inner_u:
+            sch.unroll(lp)
+        sch.vectorize(inner_v[0])
+        if not cache:
+            for c in consumers:
+                if _gone(sch, c):
+                    continue
+                if fused is not None:
+                    sch.reverse_compute_at(sch.get_sblock(c), fused)
+                    _vectorize_tail(sch, sch.get_sblock(c), lanes)
+                else:
+                    _vectorize_block_loops(sch, sch.get_sblock(c), lanes, parallel)
+            if red and fused is not None:
+                init = sch.decompose_reduction(mb, red[0])
+                _vectorize_tail(sch, init, lanes)
+        for p in producers:
+            if not _gone(sch, p):
+                info.setdefault("producers", {})[p] = _schedule_producer(sch, p, lanes, parallel)
+    if cache:
+        if fused is None:
+            raise Skip("no tile loop to place the accumulator in")
+        with rec.layer("memory"):
+            wb = sch.cache_write(mb, 0, "local")
+            sch.reverse_compute_at(wb, fused)
+            wb_name = sch.get(wb).name_hint
+            info["epilogue_in_writeback"] = _inline_all(
+                sch, [c for c in consumers if not _gone(sch, c)], reverse=True
+            )
+            for c in consumers:  # what could not be fused into the write-back runs per tile after it
+                if not _gone(sch, c):
+                    sch.reverse_compute_at(sch.get_sblock(c), fused)
+                    _vectorize_tail(sch, sch.get_sblock(c), lanes)
+            if red:
+                init = sch.decompose_reduction(mb, red[0])
+                _vectorize_tail(sch, init, lanes)
+            _vectorize_tail(sch, sch.get_sblock(wb_name), lanes)
+    if annotate and fused is not None:
+        with rec.layer("target"):
+            sch.annotate(fused, "pragma_auto_unroll_max_step", unroll_step)
+            sch.annotate(fused, "pragma_unroll_explicit", 1)
+    return info
+
+
+def _schedule_producer(sch, name: str, lanes: int, parallel: bool) -> str:
+    """A producer left at the root (padding, layout copies). Padding is split into a constant fill
+    and an in-bounds copy (decompose_padding), so neither has a bounds check per element."""
+    blk = sch.get_sblock(name)
+    if _has_if_then_else(sch, name):
+        fill = _try(sch.decompose_padding, blk, sch.get_loops(blk)[0])
+        if fill is not None:
+            _vectorize_block_loops(sch, fill, lanes, parallel)
+            _vectorize_innermost(sch, sch.get_sblock(name), lanes)
+            return "decompose_padding"
+        _vectorize_innermost(sch, blk, lanes)
+        return "innermost"
+    _vectorize_block_loops(sch, blk, lanes, parallel)
+    return "vectorized"
