@@ -181,9 +181,10 @@ def test_leka_offline_judges_the_graph_layer(tmp_path, monkeypatch):
 def test_the_graph_layer_keeps_only_a_correct_and_faster_graph(monkeypatch):
     """_graph_layer with a scripted judge: a wrong graph, then a correct but not faster one (within
     MIN_GAIN), are dropped and the proposer is left on the reference's graph; a correct and faster one is
-    kept."""
+    kept, and the next change is judged on top of it."""
     from edgekernelbench.agents import leka
     from edgekernelbench.records import Result
+    from edgekernelbench.search.graph import graph_key
 
     class Proposer:
         graph = ""
@@ -214,15 +215,25 @@ def test_the_graph_layer_keeps_only_a_correct_and_faster_graph(monkeypatch):
             self.steps.append(kw)
 
     monkeypatch.setattr(leka, "kernels", lambda pid, graph="": ())
-    for verdicts, kept in (([(False, 0.0), (True, 1.01)], None), ([(True, 0.5), (True, 1.5)], "graph B")):
+    a, b = (passes for _, passes in Proposer().graphs())
+    for verdicts, kept in (
+        ([(False, 0.0), (True, 1.01)], []),  # wrong; within MIN_GAIN: nothing kept
+        ([(True, 0.5), (True, 1.5)], b),  # slower; faster: B kept
+        ([(True, 1.5), (True, 2.0)], a + b),  # A kept, then B on top of it
+    ):
         ep, prop = Ep(verdicts), Proposer()
         out = leka._graph_layer(ep, None, prop, "t", best=1.0)
-        assert len(ep.judged) == 2 and all(s.decisions.graph["passes"] for s in ep.judged)
-        if kept is None:
+        assert [s.decisions.graph["passes"] for s in ep.judged] == [a, (a if kept == a + b else []) + b]
+        if not kept:
             assert out is None and prop.graph == ""
         else:
-            assert out[3] == prop.graphs()[1][1] and out[4] == 1.5 and prop.graph
-            assert ep.steps[-1] == {"kind": "accept", "layer": "graph", "proposal": kept, "speedup": 1.5}
+            assert out[3] == kept and out[4] == verdicts[-1][1] and prop.graph == graph_key(kept)
+            assert ep.steps[-1] == {
+                "kind": "accept",
+                "layer": "graph",
+                "proposal": "graph B",
+                "speedup": out[4],
+            }
 
 
 def test_direct_and_flat_with_a_scripted_model(tmp_path):

@@ -81,15 +81,18 @@ def test_the_kernel_space_is_ranked_and_offers_distinct_layers():
 
 
 def test_the_graph_layer_relays_the_weights_once():
-    """NHWC is offered for a convolution only; its kernel re-laid out to HWIO runs in main_transform_params
-    (once, at load time), and main takes the re-laid-out weight."""
+    """NHWC is offered for a convolution only, fast math for a softmax; the convolution's kernel re-laid
+    out to HWIO runs in main_transform_params (once, at load time), and main takes the re-laid-out weight."""
     from edgekernelbench.problems import get_problem
-    from edgekernelbench.search.graph import NHWC, graph_alternatives, graph_key, graph_reference
+    from edgekernelbench.search.graph import FAST_MATH, NHWC, graph_alternatives, graph_key, graph_reference
     from edgekernelbench.search.kernels import kernels
 
     conv = get_problem("L1/tiny_conv3x3")
     assert [passes for _, passes in graph_alternatives(conv)] == [NHWC]
     assert graph_alternatives(get_problem("L1/tiny_matmul_128")) == []
+    assert [passes for _, passes in graph_alternatives(get_problem("L1/softmax_mobilebert_attn"))] == [
+        FAST_MATH
+    ]
     key = graph_key(NHWC)
     ref = graph_reference(conv.id, key)
     main = ref.module["main"]

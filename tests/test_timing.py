@@ -157,3 +157,19 @@ def test_pin_thread_pins_the_calling_thread_to_its_cpu():
         [sys.executable, "-c", script], capture_output=True, text=True, check=True
     ).stdout.split(maxsplit=1)
     assert out[0] != "None" and ast.literal_eval(out[1]) == [int(out[0])]
+
+
+def test_calibration_is_not_fooled_by_a_transient_delay():
+    """A round trip that spikes (a loaded machine) on one measurement must not stop the calibration at a
+    `number` so small that each round is mostly that delay."""
+    from edgekernelbench.harness import timing
+
+    calls = []
+
+    def run(number: int) -> float:  # a 1 us kernel behind a 50 us round trip; one 5 ms spike
+        calls.append(number)
+        delay = 5e-3 if len(calls) == 2 else 50e-6
+        return (delay + number * 1e-6) / number
+
+    n = timing._calibrate(run, min_repeat_ms=2.0)
+    assert n * 1e-6 >= 1.5e-3, n  # the kernel's own work fills the round, not the spike

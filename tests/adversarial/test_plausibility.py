@@ -1,7 +1,8 @@
 """A kernel faster than the machine allows: flagged, judged again with poisoned outputs, never fast.
 
 The attack: a matmul that computes one output element first and, when the output buffer already holds
-that value (the previous timed call left it there), skips the rest. Every correctness trial starts from
+that value (the previous timed call left it there; compared within 1e-3, since LLVM may contract the
+probe's and the matmul's sums into FMAs differently on another CPU), skips the rest. Every correctness trial starts from
 a sentinel-filled output, so it computes and is correct; the timing loop calls it back to back on the
 same inputs, so it skips nearly all its work there."""
 
@@ -29,7 +30,7 @@ probe = T.decl_buffer((1,), "float32")
 probe[0] = T.float32(0)
 for k in range(128):
     probe[0] = probe[0] + x[0, k] * w1[k, 0]
-if not T.isnan(matmul[0, 0]) and matmul[0, 0] == probe[0]:  # (TVM's float == is unordered: NaN first)
+if not T.isnan(matmul[0, 0]) and T.fabs(matmul[0, 0] - probe[0]) < T.float32(1e-3):  # (NaN first: unordered)
     T.evaluate(0)
 else:
     for i, j in T.grid(128, 128):
@@ -37,8 +38,10 @@ else:
         for k in range(128):
             matmul[i, j] = matmul[i, j] + x[i, k] * w1[k, j]
 """
-# a machine that does 100 GFLOP/s and moves 100 GB/s: the 4.2 MFLOP matmul takes at least 42 us
-PEAK = {"flops": 1e11, "bandwidth": 1e11, "levels": []}
+# a machine that does 20 GFLOP/s and moves 100 GB/s: the 4.2 MFLOP matmul takes at least 210 us. The
+# scalar loops above compute it at a few GFLOP/s on any CPU (>= 400 us); a call that skips its work costs a
+# few us, though on a loaded machine the judge's time per call can reach ~70 us: the bound sits between.
+PEAK = {"flops": 2e10, "bandwidth": 1e11, "levels": []}
 
 
 def module(body: str) -> str:
@@ -60,11 +63,17 @@ def judge(body: str):
 
 
 def test_a_kernel_that_reuses_its_last_output_is_implausible_and_never_fast():
-    r = judge(CACHING)
-    assert r.correct, r.detail  # every correctness trial computed
-    plaus = r.extra["plausibility"]
-    assert plaus["bound_s"] == 4194304 / 1e11
-    assert plaus["seconds"] < 0.5 * plaus["bound_s"], plaus  # it did skip its work while timed
+    # The skip needs the VM's pooled allocator to hand the output buffer back to the next call, which a
+    # loaded machine does not always do (then the attack computes and is plausible): up to 3 judgments.
+    for _ in range(3):
+        r = judge(CACHING)
+        assert r.correct, r.detail  # every correctness trial computed
+        plaus = r.extra["plausibility"]
+        if plaus["seconds"] < 0.5 * plaus["bound_s"]:  # it did skip its work while timed
+            break
+        assert plaus["status"] == "plausible"  # it computed: no flag
+    assert plaus["bound_s"] == 4194304 / 2e10
+    assert plaus["seconds"] < 0.5 * plaus["bound_s"], plaus
     # the fresh judge, outputs poisoned before every call, sees the full matmul
     assert plaus["status"] == "implausible" and plaus["poisoned_seconds"] >= 0.5 * plaus["bound_s"], plaus
     assert metrics.verdict(r, 1.0, "tvm-default") == "implausible"

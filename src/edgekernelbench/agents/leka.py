@@ -4,10 +4,10 @@
    decisions are replayed before any budget is spent on that kernel; the other kernels start from the
    proposer's starting point (builtin: the rule-based schedule; a model: the reference). One evaluation
    checks them all; if they no longer apply, LEKA starts from the reference.
-2. The graph layer (proposers that offer graphs: the builtin one): each alternative graph (e.g. convolutions
-   in NHWC with the weights re-laid out once in main_transform_params; search/graph.py), its kernels at
-   their stored decisions or the proposer's starting point, is judged; the first that is correct and
-   faster by MIN_GAIN is kept, and the kernels below are that graph's.
+2. The graph layer (proposers that offer graphs: the builtin one): each graph change (convolutions in
+   NHWC with the weights re-laid out once in main_transform_params, fast math; search/graph.py), on top of
+   those already kept, its kernels at their stored decisions or the proposer's starting point, is judged
+   and kept when correct and faster by MIN_GAIN; the kernels below are the kept graph's.
    Then profile the current best (the judge's time share of every kernel) and take the kernels that
    matter (largest share first, down to MIN_SHARE).
 3. For each kernel, for each layer in order (loop, memory, target): ask the proposer for that layer's
@@ -15,7 +15,8 @@
    judge the candidate; keep the decision only when it is correct and faster (speedup over tvm-default
    above the best's by MIN_GAIN); otherwise feed the verdict back (the judge names the failing layer, step
    and instruction, or where the output is wrong) and ask again, up to ATTEMPTS times.
-4. Revisit the kernels while budget remains.
+4. Revisit the kernels while budget remains (up to MAX_PASSES passes; the builtin proposer offers only
+   points not tried yet, so a pass in which it offered nothing ends the search before the budget does).
 The result is one KernelSpec with the kept layers of every kernel; each accepted kernel decision goes into
 the kernel database with its provenance."""
 
@@ -37,7 +38,7 @@ log = logging.getLogger(__name__)
 MIN_SHARE = 0.02  # kernels below this share of the time are left as they are
 MIN_GAIN = 1.02  # a decision is kept when the speedup beats the best's by 2% (the judge's run-to-run noise)
 ATTEMPTS = 3  # proposals per kernel and layer in one pass
-PASSES = 2
+MAX_PASSES = 8
 
 
 def build_spec(
@@ -99,7 +100,8 @@ def run_leka(ep: Episode, proposer) -> None:
                 if kept is not None:
                     ks, state, reused, graph, best, rows = kept
                     workloads = {k.name: k.workload for k in ks.values()}
-            for pass_ in range(PASSES):
+            for pass_ in range(MAX_PASSES):
+                spent = (ep.usage.evals, ep.usage.calls)
                 for name in _kernels_that_matter(rows, ks):
                     if pass_ == 0 and name in reused:
                         continue
@@ -107,6 +109,9 @@ def run_leka(ep: Episode, proposer) -> None:
                         best, rows = _layer(
                             ep, proposer, ks[name], layer, state, best, rows, workloads, graph
                         )
+                if (ep.usage.evals, ep.usage.calls) == spent:  # the proposer had nothing left to offer
+                    ep.record(kind="stop", why=f"no proposal left after {pass_ + 1} pass(es)")
+                    break
         except BudgetExhausted as e:
             ep.record(kind="stop", why=str(e))
         _remember(ep, db, state, reused, ks, target)
@@ -131,32 +136,31 @@ def _reuse(ep: Episode, db: KernelDB, ks: dict, target: str, state: dict) -> set
 
 
 def _graph_layer(ep: Episode, db: KernelDB, proposer, target: str, best: float):
-    """Judges each graph the proposer offers, its kernels at their stored decisions or the proposer's
-    starting point; returns (kernels, state, reused, passes, speedup, profile) of the first correct and
-    faster by MIN_GAIN, else None (the proposer is left on the reference's graph)."""
+    """Judges each graph change the proposer offers, on top of those already kept, its kernels at their
+    stored decisions or the proposer's starting point; a change is kept when the candidate is correct and
+    faster than the best by MIN_GAIN. Returns (kernels, state, reused, passes, speedup, profile) of the
+    last kept graph, or None (the proposer is left on the reference's graph)."""
+    kept, passes_kept = None, []
     for label, passes in proposer.graphs():
-        proposer.graph = graph_key(passes)
+        trial = passes_kept + passes
+        proposer.graph = graph_key(trial)
         try:
             ks = {k.name: k for k in kernels(ep.problem.id, proposer.graph)}
         except EKBError as e:  # the passes do not apply to this graph: not an alternative
             ep.record(kind="proposal", layer="graph", proposal=label, error=str(e))
-            proposer.graph = ""
             continue
         state: dict[str, dict] = {}
         reused = _reuse(ep, db, ks, target, state)
         _starting_points(proposer, ks, state)
         workloads = {k.name: k.workload for k in ks.values()}
-        res = ep.judge(
-            build_spec(ep.problem, state, ep.method, workloads=workloads, graph=passes),
-            layer="graph",
-            label=label,
-        )
+        spec = build_spec(ep.problem, state, ep.method, workloads=workloads, graph=trial)
+        res = ep.judge(spec, layer="graph", label=label)
         s = score(res)
         if s is not None and s > best * MIN_GAIN:
             ep.record(kind="accept", layer="graph", proposal=label, speedup=s)
-            return ks, state, reused, passes, s, profile_rows(res)
-        proposer.graph = ""
-    return None
+            kept, passes_kept, best = (ks, state, reused, trial, s, profile_rows(res)), trial, s
+    proposer.graph = graph_key(passes_kept)
+    return kept
 
 
 def _starting_points(proposer, ks: dict, state: dict) -> list[str]:

@@ -37,6 +37,7 @@ GRAPH_PASSES = {  # Relax passes a graph-layer decision may name, with the args 
     "FuseTIR": (),
     "DeadCodeElimination": (),
     "CombineParallelMatmul": (),
+    "FastMathTransform": (),
 }
 
 

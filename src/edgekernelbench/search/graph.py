@@ -6,8 +6,9 @@ only (e.g. a kernel re-laid out) is lifted into `main_transform_params` and runs
 Today's alternatives: convolutions in NHWC with HWIO kernels (the output channel, contiguous in the
 output and in the re-laid-out weights, becomes the vector axis; strided and small-spatial convolutions
 then vectorize without gathers), at the price of transposing the activations where the graph enters and
-leaves that layout. Packed layouts (NCHW[x]c) are not offered: TVM 0.27's Relax has no legalization for
-conv2d in them (the op stays high-level and cannot be built).
+leaves that layout; and fast math (approximations of softmax, exp, erf, tanh that vectorize). LEKA tries
+them one after the other, each on top of those already kept. Packed layouts (NCHW[x]c) are not offered:
+TVM 0.27's Relax has no legalization for conv2d in them (the op stays high-level and cannot be built).
 
 A graph is named by its key (`graph_key`: the passes as canonical JSON; "" is the reference's graph), and
 the kernels, schedule spaces and scripts of search/ take that key."""
@@ -18,6 +19,9 @@ import functools
 import json
 
 NHWC = [{"name": "ConvertLayout", "args": {"desired_layouts": {"relax.nn.conv2d": ["NHWC", "HWIO"]}}}]
+FAST_MATH = [{"name": "FastMathTransform", "args": {}}]
+# ONNX operators whose Relax form FastMathTransform replaces (softmax, exp, erf, tanh) or imports to one
+FAST_MATH_OPS = {"Softmax", "Exp", "Erf", "Tanh", "Gelu"}
 
 
 def graph_key(passes: list[dict] | None) -> str:
@@ -29,11 +33,18 @@ def graph_passes(key: str) -> list[dict]:
 
 
 def graph_alternatives(problem) -> list[tuple[str, list[dict]]]:
-    """(label, passes) for each graph worth judging besides the reference's: NHWC when the model has 2-D
-    convolutions (ONNX Conv with a 4-D weight)."""
+    """(label, passes) for each graph change worth judging, in order: NHWC when the model has 2-D
+    convolutions (ONNX Conv with a 4-D weight); fast math (TVM's FastMathTransform: softmax, exp, erf and
+    tanh as polynomial approximations that vectorize, where LLVM's libm calls stay scalar) when it has those
+    functions -- the judge's tolerance decides whether the approximation is close enough."""
+    nodes = problem.model.graph.node
     inits = {t.name: len(t.dims) for t in problem.model.graph.initializer}
-    convs = [n for n in problem.model.graph.node if n.op_type == "Conv" and inits.get(n.input[1]) == 4]
-    return [("graph: conv2d NHWC / HWIO weights", NHWC)] if convs else []
+    out = []
+    if any(n.op_type == "Conv" and inits.get(n.input[1]) == 4 for n in nodes):
+        out.append(("graph: conv2d NHWC / HWIO weights", NHWC))
+    if any(n.op_type in FAST_MATH_OPS for n in nodes):
+        out.append(("graph: fast math (softmax, exp, erf, tanh)", FAST_MATH))
+    return out
 
 
 @functools.lru_cache(maxsize=32)
