@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test lint bench clean toolchains
+.PHONY: setup demo test lint bench clean toolchains browser
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,8 +27,14 @@ toolchains:
 	else echo "toolchains: installing $(CROSS_PKGS) (missing: $$missing)"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(CROSS_PKGS); fi
 
-# As root (CI), `make test` installs the cross toolchains first so the emulated tests run.
-TEST_DEPS := $(STAMP) $(if $(filter 0,$(shell id -u)),toolchains)
+# Headless Chromium for the HTML report's test (tests/test_report_html.py opens the page in it).
+browser:
+	@if command -v chromium >/dev/null; then echo "browser: chromium present"; \
+	else echo "browser: installing chromium"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; fi
+
+# As root (CI), `make test` installs the cross toolchains and Chromium first so those tests run.
+TEST_DEPS := $(STAMP) $(if $(filter 0,$(shell id -u)),toolchains browser)
 test: $(TEST_DEPS)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/lint-imports

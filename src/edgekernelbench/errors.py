@@ -44,6 +44,10 @@ class ToolchainMissing(EKBError):
     pass
 
 
+class ReportError(EKBError):
+    """A report that cannot be made: runs with no problem in common, a file that cannot be written."""
+
+
 class SignatureMismatch(EKBError):
     """A candidate's functions do not take the arguments the problem passes."""
 

@@ -21,7 +21,10 @@ an explicit upsert of the same key; nothing is deleted.
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata
 import json
+import os
+import platform
 import sqlite3
 import time
 from collections.abc import Iterable
@@ -31,7 +34,7 @@ from typing import Any
 from .errors import RunDirError
 from .records import Result
 
-__all__ = ["DB_NAME", "SCHEMA_VERSION", "RunStore", "result_status"]
+__all__ = ["DB_NAME", "ENV_KEY", "SCHEMA_VERSION", "RunStore", "host_environment", "result_status"]
 
 DB_NAME = "results.db"
 SCHEMA_VERSION = 1
@@ -84,6 +87,56 @@ _SCHEMA = (
         PRIMARY KEY (problem, method)
     )""",
 )
+
+
+ENV_KEY = "environments"  # meta: the machines and software a run was evaluated with (record_environment)
+_SEEN = ("first_seen", "last_seen")
+# distributions whose version a run records; the first one installed of each group
+_VERSIONED = {
+    "edgekernelbench": ("edgekernelbench",),
+    "tvm": ("apache-tvm", "tvm", "mlc-ai-nightly"),
+    "onnxruntime": ("onnxruntime", "onnxruntime-gpu", "onnxruntime-openvino"),
+    "onnx": ("onnx",),
+}
+
+
+def _cpu_model() -> str:
+    """The CPU's name from /proc/cpuinfo ("model name", or an ARM board's "Hardware" / "Model"), else
+    platform.processor(), else ""."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(errors="replace")
+    except OSError:
+        text = ""
+    for key in ("model name", "Hardware", "Model", "cpu model", "uarch"):
+        for line in text.splitlines():
+            name, sep, value = line.partition(":")
+            if sep and name.strip() == key and value.strip():
+                return value.strip()
+    return platform.processor()
+
+
+def _version(dists: tuple[str, ...]) -> str | None:
+    for d in dists:
+        try:
+            return importlib.metadata.version(d)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def host_environment() -> dict:
+    """The machine this process runs on, as a run records it: host name, OS, architecture, CPU model and
+    logical CPUs, Python, and the versions of EdgeKernelBench, TVM, ONNX Runtime and onnx (from the
+    package metadata: nothing is imported)."""
+    return {
+        "host": platform.node(),
+        "system": platform.platform(),
+        "machine": platform.machine(),
+        "cpu": _cpu_model(),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        **{name: _version(dists) for name, dists in _VERSIONED.items()},
+    }
 
 
 def result_status(result: Result) -> str:
@@ -365,6 +418,31 @@ class RunStore:
     def get_meta(self, key: str, default: Any = None) -> Any:
         row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return default if row is None else json.loads(row[0])
+
+    def meta_keys(self, prefix: str = "") -> list[str]:
+        """The meta keys that start with `prefix`, sorted ("peak:" -> every backend's cached peaks)."""
+        rows = self._db.execute("SELECT key FROM meta ORDER BY key").fetchall()
+        return [k for (k,) in rows if k.startswith(prefix)]
+
+    def record_environment(self, env: dict | None = None) -> None:
+        """Notes the machine a command evaluates on (`host_environment()` by default) in meta
+        "environments": one entry per distinct machine and software, with the first and last time seen
+        (a run resumed elsewhere, or after an upgrade, lists both)."""
+        env = dict(host_environment() if env is None else env)
+        now = time.time()
+        seen = self.get_meta(ENV_KEY, [])
+        for entry in seen:
+            if {k: v for k, v in entry.items() if k not in _SEEN} == env:
+                entry["last_seen"] = now
+                break
+        else:
+            seen.append({**env, "first_seen": now, "last_seen": now})
+        self.set_meta(ENV_KEY, seen)
+
+    def created_range(self) -> tuple[float, float] | None:
+        """(first, last) time a result was stored (seconds since the epoch); None without results."""
+        lo, hi = self._db.execute("SELECT MIN(created), MAX(created) FROM results").fetchone()
+        return None if lo is None else (float(lo), float(hi))
 
     # --- lifetime ------------------------------------------------------------------------------
 

@@ -114,6 +114,7 @@ def run_agents(
                 "reuse": cfg.reuse,
             },
         )
+        store.record_environment()  # the machine and software versions, for the report
         done = store.agent_runs()
         for problem in problems:
             for method in methods:

@@ -9,7 +9,7 @@ import sys
 import click
 
 from ..errors import EKBError
-from . import agent, backends, evaluate, farm, generate, problems, report
+from . import agent, backends, deploy, evaluate, farm, generate, problems, report
 from .evaluate import demo
 
 
@@ -45,6 +45,7 @@ for _command in (
     farm.farm,
     agent.agent_cmd,
     agent.db,
+    deploy.deploy_cmd,
 ):
     cli.add_command(_command)
 

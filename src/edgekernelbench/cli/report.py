@@ -9,7 +9,10 @@ import click
 from rich.text import Text
 
 from ..errors import EKBError
+from ..report.summary import inexact_baseline_lines, summaries_by_method, timing_lines
 from .common import console
+
+__all__ = ["inexact_baseline_lines", "report", "summaries_by_method", "timing_lines"]
 
 
 # ------------------------------------------------------------------------------------------ report
@@ -62,61 +65,6 @@ def _agent_rows(run_dir: Path, p: float, results: list) -> list:
     return method_rows(results, runs, steps, p) if runs else []
 
 
-def inexact_baseline_lines(results, baselines) -> list[str]:
-    """One line per baseline whose own output differed from the oracle for some timed samples."""
-    from ..report.summary import baseline_output_inexact
-
-    lines = []
-    for b in baselines:
-        hit = [r for r in results if baseline_output_inexact(r, b)]
-        if hit:
-            problems = sorted({r.problem for r in hit})
-            lines.append(
-                f"note: {b}'s own output differed from the oracle on {len(hit)} timed sample(s) "
-                f"({', '.join(problems)}): speedups against it there are against an inexact result "
-                f"(extra.{b}_output in each result)"
-            )
-    return lines
-
-
-def timing_lines(results, p: float) -> list[str]:
-    """What to know about the timings: ties at p, and samples timed on a busy machine."""
-    from .. import metrics
-    from ..report.summary import timing_disturbed
-
-    lines = []
-    timed = [r for r in results if r.correct and r.runtime is not None]
-    tied = sum(1 for r in timed if any(metrics.verdict(r, p, b) == "tie" for b in r.speedups))
-    if tied:
-        lines.append(
-            f"note: {tied} of {len(timed)} timed sample(s) tie with a baseline at p = {p:g}: the 95% "
-            f"interval of their speedup contains {p:g}, so they count as neither fast nor slow"
-        )
-    for r in timed:
-        if not (r.extra.get("plausibility") or {}).get("status", "").startswith("implausible"):
-            continue
-        lines.append(f"note: {r.problem}#{r.sample} on {r.backend}: {r.extra['plausibility']['reason']}")
-    busy = [r for r in timed if timing_disturbed(r)]
-    if busy:
-        share = max((r.extra["timing_env"].get("other_cpus_busy") or 0.0) for r in busy)
-        lines.append(
-            f"note: {len(busy)} of {len(timed)} timed sample(s) were timed while the machine's other CPUs "
-            f"were busy (up to {share:.0%} of the time): their speedups may not reproduce on a quiet machine "
-            f"(extra.timing_env in each result)"
-        )
-    return lines
-
-
-def summaries_by_method(results) -> dict:
-    """The metrics of each method (model) that made candidates in a run: "llm:openai:gpt-4o", "rules", ..."""
-    from ..report.summary import summarize
-
-    groups: dict[str, list] = {}
-    for r in results:
-        groups.setdefault(r.method or "unknown", []).append(r)
-    return {m: summarize(rs) for m, rs in sorted(groups.items())}
-
-
 def _generation_lines(run_dir: Path) -> list[str]:
     """One line per model that generated this run's candidates: tokens, cost, failures, template."""
     from ..llm.generate import generation_summary
@@ -136,7 +84,9 @@ def _generation_lines(run_dir: Path) -> list[str]:
 
 
 @click.command()
-@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.argument(
+    "run_dirs", metavar="RUN_DIR [RUN_DIR ...]", nargs=-1, required=True, type=click.Path(path_type=Path)
+)
 @click.option("--p", "p", type=float, default=1.0, show_default=True, help="Fast@p shown in the table.")
 @click.option("--per-problem", is_flag=True, help="Also print one row per sample.")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write the summary as JSON here.")
@@ -147,16 +97,35 @@ def _generation_lines(run_dir: Path) -> list[str]:
     type=click.Path(path_type=Path),
     help="Write the agents' anytime curves (best speedup after each judge evaluation) here: .json or .csv.",
 )
-def report(run_dir, p, per_problem, json_path, csv_path, anytime_path):
-    """Correct@1 / Fast@p per level and overall, against each baseline."""
+@click.option(
+    "--html",
+    "html_path",
+    type=click.Path(path_type=Path),
+    help="Write the report as one self-contained HTML page here (plots inline, no network); with several "
+    "runs, compared side by side on the problems they all have.",
+)
+def report(run_dirs, p, per_problem, json_path, csv_path, anytime_path, html_path):
+    """Correct@1 / Fast@p per level and overall, against each baseline. Several RUN_DIRs: the report of
+    each, and with --html one page that compares them."""
     from ..report.render import to_csv, to_json
 
-    if not run_dir.joinpath("results.db").exists():
-        raise EKBError(f"{run_dir}: no results.db here (run `ekb eval {run_dir}` first)")
-    try:
-        summary = _print_report(run_dir, p, per_problem)
-    except ValueError as e:
-        raise EKBError(str(e)) from e
+    if len(run_dirs) > 1 and (json_path or csv_path or anytime_path):
+        raise EKBError("--json, --csv and --anytime take one run directory (--html compares several)")
+    if html_path:
+        from ..report.html import check_output_path
+
+        check_output_path(html_path)  # before the work: a directory that does not exist is one line
+    for run_dir in run_dirs:
+        if not run_dir.joinpath("results.db").exists():
+            raise EKBError(f"{run_dir}: no results.db here (run `ekb eval {run_dir}` first)")
+    for run_dir in run_dirs:
+        if len(run_dirs) > 1:
+            console.print(Text(f"run {run_dir}", style="bold underline"))
+        try:
+            summary = _print_report(run_dir, p, per_problem)
+        except ValueError as e:
+            raise EKBError(str(e)) from e
+    run_dir = run_dirs[0]
     if json_path:
         from ..llm.generate import generation_summary
         from ..store import RunStore
@@ -178,6 +147,11 @@ def report(run_dir, p, per_problem, json_path, csv_path, anytime_path):
         csv_path.write_text(to_csv(summary))
     if anytime_path:
         _write_anytime(run_dir, anytime_path)
+    if html_path:
+        from ..report.html import write_html
+
+        size = write_html(run_dirs, html_path, p)
+        console.print(f"wrote {html_path} ({size / 1024:.0f} KiB)", soft_wrap=True)
 
 
 def _write_anytime(run_dir: Path, path: Path) -> None:

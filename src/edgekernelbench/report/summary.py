@@ -23,10 +23,13 @@ __all__ = [
     "Summary",
     "above_roof_lines",
     "baseline_output_inexact",
+    "inexact_baseline_lines",
     "level_label",
     "per_problem_rows",
     "sample_status",
+    "summaries_by_method",
     "summarize",
+    "timing_lines",
 ]
 
 DEFAULT_BASELINES = ("tvm-default", "onnxruntime")
@@ -257,3 +260,51 @@ def per_problem_rows(results: Iterable[Result], baselines: Sequence[str] | None 
             }
         )
     return rows
+
+
+def inexact_baseline_lines(results, baselines) -> list[str]:
+    """One line per baseline whose own output differed from the oracle for some timed samples."""
+    lines = []
+    for b in baselines:
+        hit = [r for r in results if baseline_output_inexact(r, b)]
+        if hit:
+            problems = sorted({r.problem for r in hit})
+            lines.append(
+                f"note: {b}'s own output differed from the oracle on {len(hit)} timed sample(s) "
+                f"({', '.join(problems)}): speedups against it there are against an inexact result "
+                f"(extra.{b}_output in each result)"
+            )
+    return lines
+
+
+def timing_lines(results, p: float) -> list[str]:
+    """What to know about the timings: ties at p, and samples timed on a busy machine."""
+    lines = []
+    timed = [r for r in results if r.correct and r.runtime is not None]
+    tied = sum(1 for r in timed if any(metrics.verdict(r, p, b) == "tie" for b in r.speedups))
+    if tied:
+        lines.append(
+            f"note: {tied} of {len(timed)} timed sample(s) tie with a baseline at p = {p:g}: the 95% "
+            f"interval of their speedup contains {p:g}, so they count as neither fast nor slow"
+        )
+    for r in timed:
+        if not (r.extra.get("plausibility") or {}).get("status", "").startswith("implausible"):
+            continue
+        lines.append(f"note: {r.problem}#{r.sample} on {r.backend}: {r.extra['plausibility']['reason']}")
+    busy = [r for r in timed if timing_disturbed(r)]
+    if busy:
+        share = max((r.extra["timing_env"].get("other_cpus_busy") or 0.0) for r in busy)
+        lines.append(
+            f"note: {len(busy)} of {len(timed)} timed sample(s) were timed while the machine's other CPUs "
+            f"were busy (up to {share:.0%} of the time): their speedups may not reproduce on a quiet machine "
+            f"(extra.timing_env in each result)"
+        )
+    return lines
+
+
+def summaries_by_method(results) -> dict:
+    """The metrics of each method (model) that made candidates in a run: "llm:openai:gpt-4o", "rules", ..."""
+    groups: dict[str, list] = {}
+    for r in results:
+        groups.setdefault(r.method or "unknown", []).append(r)
+    return {m: summarize(rs) for m, rs in sorted(groups.items())}

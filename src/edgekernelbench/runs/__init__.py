@@ -223,6 +223,7 @@ def eval_run(
                 "tracker": cfg.tracker,
             },
         )
+        store.record_environment()  # the machine and software versions, for the report
         for backend in cfg.backends:
             todo = pending(store, refs, backend, cfg.retry_infra)
             counts["skipped"] += len(refs) - len(todo)

@@ -34,6 +34,10 @@
  * launches), tasks (tasks run by them), barriers (barriers the tasks of a launch all passed, summed over
  * launches), threads (most distinct OS threads that ran the tasks of one launch; 1 without a launch).
  *
+ * Included by a whole-model program (deploy/cprogram.py: `ekb deploy` for a cross profile) with
+ * EKB_DRIVER_NO_MAIN defined: the runtime symbols, the parallel launch, ekb_arg and read_file/write_file
+ * without the manifest and main().
+ *
  * Exit status: 0 ok; 2 bad manifest or I/O; 3 unknown kernel; 4 the kernel raised an error (message
  * on stderr); 5 the kernel returned non-zero (or its tasks would deadlock at a barrier). A crash shows
  * up as the emulator's signal.
@@ -253,12 +257,14 @@ typedef struct {
   size_t nbytes;
 } ekb_arg;
 
+#ifndef EKB_DRIVER_NO_MAIN
 static ekb_arg g_args[EKB_MAX_ARGS];
 
 static void expect(FILE* f, const char* word) {
   char buf[64];
   if (fscanf(f, "%63s", buf) != 1 || strcmp(buf, word) != 0) die(2, "bad manifest: expected '%s'", word);
 }
+#endif
 
 static void read_file(ekb_arg* a) {
   FILE* f = fopen(a->file, "rb");
@@ -274,6 +280,7 @@ static void write_file(ekb_arg* a) {
   if (fclose(f) != 0) die(2, "cannot write %s", a->file);
 }
 
+#ifndef EKB_DRIVER_NO_MAIN
 int main(int argc, char** argv) {
   if (argc != 2) die(2, "%s", "usage: ekb_driver MANIFEST");
   FILE* m = fopen(argv[1], "r");
@@ -350,3 +357,4 @@ int main(int argc, char** argv) {
   }
   return 0;
 }
+#endif /* EKB_DRIVER_NO_MAIN */

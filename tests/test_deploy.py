@@ -1,0 +1,347 @@
+"""`ekb deploy`: the DS-CNN KWS model deployed for the host CPU and for rpi4 (qemu-aarch64) from a kernel
+database that lacks one of its kernels and holds another only from an older TVM; the host artifact run in a
+process that cannot load TVM's compiler; decisions from a run directory; bad inputs as one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgekernelbench.backends.host import resolve_target
+from edgekernelbench.backends.registry import get_profile
+from edgekernelbench.kerneldb import Entry, KernelDB, target_key
+from edgekernelbench.problems import get_problem
+from edgekernelbench.search.rules import rule_spec
+
+KWS = "L3/dscnn_kws"
+MISSING = "avg_pool2d"  # a kernel the rules schedule, left out of the database
+STALE = "fused_matmul_add1"  # in the database only as a decision recorded with another TVM version
+OLD_TVM = "0.26.0"
+
+
+def ekb(*args, env=None, timeout=600):
+    return subprocess.run(
+        [sys.executable, "-m", "edgekernelbench.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def one_line_error(p, needle):
+    assert p.returncode != 0, p.stdout + p.stderr
+    assert "Traceback" not in p.stdout + p.stderr
+    lines = [ln for ln in p.stderr.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1 and needle in lines[0], p.stderr
+
+
+def ort_outputs(problem, feeds: dict) -> list[np.ndarray]:
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(problem.model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)
+
+
+@pytest.fixture(scope="module")
+def kernel_db(tmp_path_factory):
+    """Rule-based decisions for every scheduled kernel of the model, on the host and rpi4 targets, except
+    MISSING (absent) and STALE (recorded with another TVM version)."""
+    import tvm
+
+    path = tmp_path_factory.mktemp("kdb") / "kernels.db"
+    # one rule-based spec serves both targets: at this CPU's vector width; NEON splits wider vectors
+    spec = rule_spec(get_problem(KWS), threads=1, verify_build=False)
+    names = spec.decisions.scheduled_funcs()
+    assert MISSING in names and STALE in names, names
+    with KernelDB(path) as db:
+        for backend in ("host-cpu", "rpi4"):
+            for name in names:
+                if name == MISSING:
+                    continue
+                db.put(
+                    Entry(
+                        workload=spec.decisions.workloads[name],
+                        target=target_key(resolve_target(get_profile(backend))),
+                        func=name,
+                        layers=dict(spec.decisions.layer_traces(name)),
+                        problem=KWS,
+                        method="rules",
+                        speedup=2.0,
+                        tvm_version=OLD_TVM if name == STALE else str(tvm.__version__),
+                    )
+                )
+    return path
+
+
+def check_manifest_decisions(manifest: dict) -> dict:
+    kernels = {k["name"]: k for k in manifest["kernels"]}
+    assert kernels[MISSING]["source"] == "tvm-default" and kernels[MISSING]["fallbacks"] == []
+    stale = kernels[STALE]
+    assert stale["source"] == "tvm-default"
+    assert any(OLD_TVM in why and "not applied" in why for why in stale["fallbacks"]), stale
+    convs = [k for name, k in kernels.items() if name.startswith("fused_conv2d")]
+    assert convs and all(k["source"] == "kerneldb" for k in convs), convs
+    for k in convs:
+        assert k["provenance"]["method"] == "rules" and k["recorded_speedup"] == 2.0
+        assert k["layers"] and k["workload"]
+    return kernels
+
+
+@pytest.fixture(scope="module")
+def host_artifact(kernel_db, tmp_path_factory):
+    out = tmp_path_factory.mktemp("host") / "kws"
+    p = ekb("deploy", KWS, "--backend", "host-cpu", "--out", out, "--kernel-db", kernel_db, "--quick")
+    return out, p
+
+
+def test_host_deploy_is_verified_and_timed_against_both_baselines(host_artifact):
+    out, p = host_artifact
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "Traceback" not in p.stdout + p.stderr
+    fallback_lines = [ln for ln in p.stderr.splitlines() if "fallback" in ln]
+    assert len(fallback_lines) >= 1 and any(STALE in ln and OLD_TVM in ln for ln in fallback_lines), p.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    kernels = check_manifest_decisions(manifest)
+    for k in kernels.values():  # the host measures every decided kernel against tvm-default's
+        if k["source"] == "kerneldb":
+            assert k["measured_speedup"] > 0 and len(k["measured_ci"]) == 2
+    assert manifest["model"]["id"] == KWS and len(manifest["model"]["sha256"]) == 64
+    assert manifest["inputs"] == [{"name": "mfcc", "shape": [1, 1, 49, 10], "dtype": "float32"}]
+    assert manifest["outputs"][0]["shape"] == [1, 12]
+    assert manifest["versions"]["tvm"] and manifest["target"]["kind"] == "llvm"
+    for w in manifest["weights"]:
+        assert (out / w["file"]).stat().st_size == 4 * int(np.prod(w["shape"]))
+    report = json.loads((out / "verify.json").read_text())
+    assert report["verified"] and len(report["checks"]) == 3, report
+    assert "runtime only" in report["where"]
+    timing = report["timing"]
+    assert timing["status"] == "measured", timing
+    assert set(timing["timings"]) == {"deployed", "tvm-default", "onnxruntime"}
+    assert set(timing["speedups"]) == {"tvm-default", "onnxruntime"}
+    assert "verified: 3/3" in p.stdout and "end to end" in p.stdout
+
+
+NO_COMPILER_HOOK = textwrap.dedent(
+    """
+    import atexit, ctypes, os, sys
+
+    class Block:
+        def find_spec(self, name, path=None, target=None):
+            if name == "tvm" or name.startswith("tvm."):
+                raise ImportError("test: no TVM compiler here")
+
+    sys.meta_path.insert(0, Block())
+    _init = ctypes.CDLL.__init__
+
+    def _guard(self, name, *a, **k):
+        if name and "tvm_compiler" in str(name):
+            raise OSError("test: no libtvm_compiler here")
+        _init(self, name, *a, **k)
+
+    ctypes.CDLL.__init__ = _guard
+
+    def _report():
+        with open("/proc/self/maps") as f:
+            loaded = "libtvm_compiler" in f.read()
+        with open(os.environ["EKB_TEST_MAPS"], "w") as f:
+            f.write(str(loaded))
+
+    atexit.register(_report)
+    """
+)
+
+
+def test_the_host_artifact_runs_in_a_process_that_cannot_import_the_compiler(host_artifact, tmp_path):
+    out, p = host_artifact
+    assert p.returncode == 0, p.stderr
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(NO_COMPILER_HOOK)
+    maps = tmp_path / "maps"
+    env = {"PYTHONPATH": str(hook), "EKB_TEST_MAPS": str(maps), "TVM_NUM_THREADS": "1"}
+    env.update({k: os.environ[k] for k in ("PATH", "HOME") if k in os.environ})
+    # the hook works: the compiler cannot be imported in such a process
+    blocked = subprocess.run([sys.executable, "-c", "import tvm"], env=env, capture_output=True, text=True)
+    assert blocked.returncode != 0 and "no TVM compiler here" in blocked.stderr
+    assert maps.read_text() == "False"
+    problem = get_problem(KWS)
+    feeds = problem.sample_inputs(123)
+    np.savez(tmp_path / "x.npz", **feeds)
+    run = subprocess.run(
+        [sys.executable, str(out / "run.py"), str(tmp_path / "x.npz"), "--out", str(tmp_path / "y.npz")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert maps.read_text() == "False"  # libtvm_compiler was never mapped into the runner
+    name = json.loads((out / "manifest.json").read_text())["outputs"][0]["name"]
+    with np.load(tmp_path / "y.npz") as y:
+        got = y[name]
+    (want,) = ort_outputs(problem, feeds)
+    np.testing.assert_allclose(got, want, rtol=problem.rtol, atol=problem.atol)
+
+
+def test_a_corrupted_weight_fails_verification_in_one_line(host_artifact, tmp_path):
+    out, p = host_artifact
+    assert p.returncode == 0, p.stderr
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    w = json.loads((copy / "manifest.json").read_text())["weights"][0]
+    arr = np.fromfile(copy / w["file"], dtype=w["dtype"])
+    (arr + 1.0).astype(w["dtype"]).tofile(copy / w["file"])
+    one_line_error(
+        ekb("deploy", "--verify", copy, "--no-measure", "--checks", "1"), "differ from onnxruntime"
+    )
+
+
+def _require_cross():
+    p = get_profile("rpi4")
+    missing = [t for t in (p.cross_compiler, p.emulator[0]) if not shutil.which(t)]
+    if missing:
+        if os.geteuid() == 0:
+            pytest.fail(f"{', '.join(missing)} missing: run `make toolchains` (as root, `make test` does)")
+        pytest.skip(f"{', '.join(missing)} not installed and not root (run `make toolchains` as root)")
+
+
+def test_rpi4_deploy_through_the_python_api_is_verified_under_qemu(kernel_db, tmp_path):
+    _require_cross()
+    import edgekernelbench
+
+    d = edgekernelbench.deploy(KWS, backend="rpi4", out=tmp_path / "kws-rpi4", kernel_db=kernel_db, checks=2)
+    check_manifest_decisions(d.manifest)
+    v = d.verification
+    assert v["verified"] and len(v["checks"]) == 2, v
+    assert "qemu-aarch64" in v["where"] and v["timing"]["status"].startswith("not measured")
+    assert (tmp_path / "kws-rpi4" / "verify.json").is_file()
+    lib = (tmp_path / "kws-rpi4" / "model.so").read_bytes()
+    assert lib[:4] == b"\x7fELF" and int.from_bytes(lib[18:20], "little") == 183  # EM_AARCH64: for RPC upload
+    c = d.manifest["c_program"]
+    assert (tmp_path / "kws-rpi4" / c["binary"]).is_file() and c["kernel_calls"] == 13
+    # the C example rebuilds from its own directory
+    (tmp_path / "kws-rpi4" / "c" / "model").unlink()
+    subprocess.run(["sh", str(tmp_path / "kws-rpi4" / "c" / "build.sh")], check=True, capture_output=True)
+    again = edgekernelbench.deploy.verify(tmp_path / "kws-rpi4", checks=1)
+    assert again["verified"], again
+
+
+def test_decisions_from_a_run_directory(tmp_path):
+    """A run's best correct candidate serves its kernels; module-text candidates are left out (they are
+    parsed only in the judge's sandbox); the run's decision comes before the database's."""
+    import edgekernelbench
+    from edgekernelbench.records import Result
+    from edgekernelbench.store import RunStore
+
+    problem = get_problem(KWS)
+    spec = rule_spec(problem, threads=1, verify_build=False)
+    keep = "fused_conv2d2_add_relu"
+    for layer in ("loop", "memory", "target"):
+        setattr(spec.decisions, layer, {k: v for k, v in getattr(spec.decisions, layer).items() if k == keep})
+    run = tmp_path / "run"
+    cand = run / "candidates" / KWS
+    cand.mkdir(parents=True)
+    (cand / "sample1.json").write_text(spec.to_json())
+    (cand / "sample0.py").write_text("# module text\n")
+    with RunStore(run) as store:
+        for sample, s in ((0, 9.0), (1, 3.0)):
+            r = Result(KWS, sample, "host-cpu", compiled=True, correct=True, method=f"m{sample}")
+            r.speedups = {"tvm-default": s}
+            store.put(r)
+    d = edgekernelbench.deploy(
+        KWS, "host-cpu", tmp_path / "out", from_run=run, use_db=False, verify=False, measure=False
+    )
+    kernels = {k["name"]: k for k in d.manifest["kernels"]}
+    assert kernels[keep]["source"] == "run" and kernels[keep]["provenance"]["sample"] == 1
+    assert kernels[keep]["recorded_speedup"] == 3.0
+    assert {k["source"] for n, k in kernels.items() if n != keep} == {"tvm-default"}
+    assert any("sample 0" in n and "module text" in n for n in d.notes), d.notes
+    assert d.verification is None and not (tmp_path / "out" / "verify.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["L3/no_such_model"], "unknown problem"),
+        (["missing.onnx"], "missing.onnx: no such file"),
+        (["--verify", "."], "no manifest.json"),
+        ([KWS, "--backend", "no-such-board"], "unknown backend"),
+        ([], "give MODEL"),
+    ],
+)
+def test_bad_input_is_one_line(args, needle, tmp_path):
+    one_line_error(ekb("deploy", *args, "--out", tmp_path / "o"), needle)
+
+
+def test_a_backend_without_its_toolchain_is_one_line(tmp_path):
+    profiles = tmp_path / "profiles.toml"
+    profiles.write_text(
+        '[board-without-gcc]\nkind = "cross"\nrun = "emulated"\n'
+        'target = { kind = "llvm", mtriple = "aarch64-linux-gnu", mattr = ["+neon"] }\n'
+        'cross_compiler = "ekb-nonexistent-gcc"\ntoolchain_package = "gcc-ekb-nonexistent"\n'
+        'emulator = ["qemu-aarch64"]\n'
+    )
+    p = ekb(
+        "deploy",
+        KWS,
+        "--backend",
+        "board-without-gcc",
+        "--out",
+        tmp_path / "o",
+        env={"EKB_PROFILES": str(profiles)},
+    )
+    one_line_error(p, "ekb-nonexistent-gcc not found")
+    assert not (tmp_path / "o").exists()
+
+
+def test_an_out_directory_holding_other_files_is_refused(tmp_path):
+    (tmp_path / "o").mkdir()
+    (tmp_path / "o" / "notes.txt").write_text("mine")
+    one_line_error(ekb("deploy", KWS, "--out", tmp_path / "o"), "which no artifact has")
+    assert (tmp_path / "o" / "notes.txt").read_text() == "mine"
+
+
+def _onnx_file(path: Path) -> Path:
+    """MatMul + bias + ReLU with a dynamic batch dimension."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((16, 8)).astype(np.float32), "w")
+    b = numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), "b")
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "w"], ["xw"]),
+            helper.make_node("Add", ["xw", "b"], ["z"]),
+            helper.make_node("Relu", ["z"], ["y"]),
+        ],
+        "dense",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8])],
+        [w, b],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(model, str(path))
+    return path
+
+
+def test_an_onnx_file_deploys_with_its_input_shapes(tmp_path):
+    model = _onnx_file(tmp_path / "dense.onnx")
+    one_line_error(ekb("deploy", model, "--out", tmp_path / "o"), "dynamic dimension")
+    p = ekb("deploy", model, "--input", "x=3x16", "--out", tmp_path / "o", "--no-db", "--no-measure")
+    assert p.returncode == 0, p.stdout + p.stderr
+    manifest = json.loads((tmp_path / "o" / "manifest.json").read_text())
+    assert manifest["model"]["id"] == "onnx/dense"
+    assert manifest["inputs"] == [{"name": "x", "shape": [3, 16], "dtype": "float32"}]
+    assert manifest["outputs"] == [{"name": "y", "shape": [3, 8], "dtype": "float32"}]
+    assert {k["source"] for k in manifest["kernels"]} == {"tvm-default"}
+    assert "verified: 3/3" in p.stdout
