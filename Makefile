@@ -38,7 +38,7 @@ TEST_DEPS := $(STAMP) $(if $(filter 0,$(shell id -u)),toolchains browser)
 test: $(TEST_DEPS)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/lint-imports
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 # lint-imports: the import contracts of pyproject.toml ([tool.importlinter]; docs/architecture.md)
 lint: $(STAMP)

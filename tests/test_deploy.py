@@ -345,3 +345,44 @@ def test_an_onnx_file_deploys_with_its_input_shapes(tmp_path):
     assert manifest["outputs"] == [{"name": "y", "shape": [3, 8], "dtype": "float32"}]
     assert {k["source"] for k in manifest["kernels"]} == {"tvm-default"}
     assert "verified: 3/3" in p.stdout
+
+
+def test_a_fresh_leka_tuning_serves_the_kernels_it_tuned(tmp_path):
+    """`--trials N`: LEKA (offline proposer) tunes the model with N judge evaluations before the build; its
+    best candidate's decisions serve the kernels (source "leka"); its steps stay in DIR/tuning/. (A matmul:
+    no graph-layer alternative, so the best candidate's kernels are the reference's.)"""
+    import edgekernelbench
+    from edgekernelbench.store import RunStore
+
+    matmul = get_problem("L1/tiny_matmul_128")
+    d = edgekernelbench.deploy(
+        matmul,
+        "host-cpu",
+        tmp_path / "out",
+        trials=2,
+        kernel_db=tmp_path / "kernels.db",
+        quick=True,
+        measure=False,
+    )
+    (kernel,) = d.manifest["kernels"]
+    assert d.verification["verified"] and kernel["source"] == "leka", kernel
+    with RunStore(tmp_path / "out" / "tuning") as store:
+        judged = [s for s in store.agent_steps(method="leka") if s.get("kind") == "judge"]
+    assert len(judged) == 2 and all(s["verdict"]["correct"] for s in judged)
+
+
+def test_tuned_decisions_for_another_graph_are_not_offered():
+    """A LEKA candidate that kept a graph change (e.g. NHWC) has kernels of another workload under the same
+    names: only those whose workload is still the reference's are offered for the reference's graph."""
+    from edgekernelbench.deploy.decisions import KernelChoice, leka_offers
+    from edgekernelbench.ir.spec import Decisions, KernelSpec
+
+    trace = [[["GetSBlock", [], [], []]], []]
+    dec = Decisions(graph={"passes": [{"name": "FastMathTransform", "args": {}}]})
+    dec.loop = {"a": trace, "b": trace}
+    dec.workloads = {"a": "same", "b": "other"}
+    spec = KernelSpec(problem="p", decisions=dec, method="agent:leka")
+    offers = leka_offers(spec, 2.0, [KernelChoice("a", "same", 1), KernelChoice("b", "mine", 1)])
+    assert list(offers) == ["a"]
+    dec.graph = {}
+    assert list(leka_offers(spec, 2.0, [KernelChoice("b", "mine", 1)])) == ["b"]  # no graph change: by name

@@ -506,3 +506,21 @@ def test_a_device_killed_mid_run_loses_no_record(farm, tmp_path):
     assert servers <= farm.servers("a1", "a2")
     retried = [r for r in final.values() if r.extra.get("devices_lost")]
     print(f"killed {killed}; items retried on another device: {len(retried)}")
+
+
+def test_a_deployed_model_is_verified_and_timed_on_a_farm_device(farm, tmp_path):
+    """`ekb deploy --backend host-cpu-rpc --tracker`: the library is built here, uploaded to a device of the
+    profile's key, run there against the oracle and timed there; `ekb deploy --verify DIR --tracker` again."""
+    out = tmp_path / "tiny"
+    args = ["deploy", TINY, "--backend", KEY_A, "--out", str(out), "--rules", "--no-db", "--quick"]
+    p = ekb(*args, "--tracker", farm.tracker)
+    assert p.returncode == 0, p.stdout + p.stderr
+    report = json.loads((out / "verify.json").read_text())
+    assert report["verified"] and report["backend"] == KEY_A, report
+    assert report["where"].startswith(f"device '{KEY_A}' at 127.0.0.1:"), report["where"]
+    timing = report["timing"]
+    assert timing["status"] == "measured" and "tvm-default" in timing["speedups"], timing
+    (out / "verify.json").unlink()
+    p = ekb("deploy", "--verify", str(out), "--tracker", farm.tracker, "--quick")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert json.loads((out / "verify.json").read_text())["verified"]

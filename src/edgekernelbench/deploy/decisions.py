@@ -210,10 +210,15 @@ def rule_offers(problem, profile, kernels: list[KernelChoice]) -> dict[str, Offe
 
 
 def leka_offers(spec: KernelSpec, speedup: float | None, kernels: list[KernelChoice]) -> dict[str, Offer]:
-    """kernel name -> the tuned candidate's decisions for it."""
+    """kernel name -> the tuned candidate's decisions for it. A candidate whose graph layer changed the
+    kernels (LEKA kept NHWC or fast math) offers only the kernels whose workload is still the reference's:
+    the artifact is built on the reference's graph (graph-layer decisions are not deployed yet)."""
     out = {}
+    changed = bool(spec.decisions.graph.get("passes"))
     for k in kernels:
         layers = dict(spec.decisions.layer_traces(k.name))
+        if changed and spec.decisions.workloads.get(k.name) != k.workload:
+            continue
         if layers:
             out[k.name] = Offer("leka", layers, {"problem": spec.problem, "method": spec.method}, speedup)
     return out
