@@ -92,7 +92,6 @@ class LLMProposer:
     def __init__(self, episode: Episode, model: ModelClient):
         self.ep, self.model = episode, model
         self.n = 0
-        self.graph = ""  # graph layers come from the builtin proposer only (a model writes schedules)
 
     def propose(self, req: LayerRequest) -> Proposal | None:
         pid = self.ep.problem.id
@@ -102,7 +101,7 @@ class LLMProposer:
             self.ep.cfg.backend,
             kernel=req.kernel.name,
             op_class=req.kernel.op_class,
-            kernel_script=kernel_script(pid, req.accepted, req.kernel.name, self.graph).strip(),
+            kernel_script=kernel_script(pid, req.accepted, req.kernel.name).strip(),
             accepted=list(req.accepted),
             layer=req.layer,
             feedback=req.feedback,

@@ -67,20 +67,11 @@ def _agent_rows(run_dir: Path, p: float, results: list) -> list:
 
 def _generation_lines(run_dir: Path) -> list[str]:
     """One line per model that generated this run's candidates: tokens, cost, failures, template."""
-    from ..llm.generate import generation_summary
+    from ..report.summary import generation_lines
     from ..store import RunStore
 
     with RunStore(run_dir) as store:
-        records = store.generations()
-    lines = []
-    for m in generation_summary(records):
-        cost = "unknown" if m["cost"] is None else f"${m['cost']:.4f}"
-        lines.append(
-            f"generation {m['model']}: {m['samples']} samples ({m['cached']} cached, {m['parse_errors']} "
-            f"without code, {m['provider_errors']} failed calls), tokens {m['input_tokens']:,} in / "
-            f"{m['output_tokens']:,} out, cost {cost}; template {', '.join(m['templates'])}"
-        )
-    return lines
+        return generation_lines(store.generations(), prefix="generation ")
 
 
 @click.command()

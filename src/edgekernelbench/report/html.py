@@ -49,6 +49,7 @@ from .summary import (
     BackendSummary,
     Summary,
     above_roof_lines,
+    generation_lines,
     inexact_baseline_lines,
     level_label,
     per_problem_rows,
@@ -769,23 +770,9 @@ def run_metadata(run: RunData) -> dict:
         "oracles": dict(Counter(r.oracle or "none" for r in run.results if r.compiled)),
         "agent_config": run.meta.get("agent_config"),
         "generation_config": run.meta.get("generation_config"),
-        "generations": _generations(run.generations),
+        "generations": generation_lines(run.generations),
         "left_out": run.left_out,
     }
-
-
-def _generations(records: list[dict]) -> list[str]:
-    from ..llm.generate import generation_summary
-
-    out = []
-    for m in generation_summary(records):
-        cost = "unknown" if m["cost"] is None else f"${m['cost']:.4f}"
-        out.append(
-            f"{m['model']}: {m['samples']} samples ({m['cached']} cached, {m['parse_errors']} without code, "
-            f"{m['provider_errors']} failed calls), tokens {m['input_tokens']:,} in / {m['output_tokens']:,} "
-            f"out, cost {cost}; template {', '.join(m['templates'])}"
-        )
-    return out
 
 
 # ----------------------------------------------------------------------------------------------- page

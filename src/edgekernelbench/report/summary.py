@@ -308,3 +308,19 @@ def summaries_by_method(results) -> dict:
     for r in results:
         groups.setdefault(r.method or "unknown", []).append(r)
     return {m: summarize(rs) for m, rs in sorted(groups.items())}
+
+
+def generation_lines(records: list[dict], prefix: str = "") -> list[str]:
+    """One line per model that generated a run's candidates (the run store's generation records): samples,
+    cache hits, failures, tokens, cost, template."""
+    from ..llm.generate import generation_summary
+
+    lines = []
+    for m in generation_summary(records):
+        cost = "unknown" if m["cost"] is None else f"${m['cost']:.4f}"
+        lines.append(
+            f"{prefix}{m['model']}: {m['samples']} samples ({m['cached']} cached, {m['parse_errors']} "
+            f"without code, {m['provider_errors']} failed calls), tokens {m['input_tokens']:,} in / "
+            f"{m['output_tokens']:,} out, cost {cost}; template {', '.join(m['templates'])}"
+        )
+    return lines
