@@ -92,3 +92,22 @@ register(
         tags=("test",),
     )
 )
+
+
+def _matmul_odd(g):
+    x = g.input("x", (16, 24))
+    g.output(g.node("MatMul", [x, g.weight((24, 17))]))
+
+
+register(
+    Problem(
+        id="L1/tiny_matmul_odd",
+        level=1,
+        domain="audio",
+        category="matmul",
+        source="test fixture: x (16x24) @ w (24x17): 17 outputs per row, a prime (as 257 DFT bins): no "
+        "divisor fills a vector",
+        graph=_matmul_odd,
+        tags=("test",),
+    )
+)

@@ -157,15 +157,15 @@ def test_leka_reuses_the_kernel_database(tmp_path):
 
 def test_leka_offline_judges_the_graph_layer(tmp_path, monkeypatch):
     """The builtin proposer offers NHWC for a convolution: LEKA judges it right after the start. With
-    MIN_GAIN 0 (every correct decision kept, whatever its time) the NHWC candidate is kept: the judge found
-    it correct, it holds the graph passes and decisions keyed by the NHWC graph's kernels."""
+    an acceptance that keeps every correct decision, whatever its time, the NHWC candidate is kept: the judge
+    found it correct, it holds the graph passes and decisions keyed by the NHWC graph's kernels."""
     from edgekernelbench.agents import leka
     from edgekernelbench.ir.spec import KernelSpec
     from edgekernelbench.search.graph import NHWC, graph_key
     from edgekernelbench.search.kernels import kernels
 
     conv = get_problem("L1/tiny_conv3x3")
-    monkeypatch.setattr(leka, "MIN_GAIN", 0.0)
+    monkeypatch.setattr(leka, "improves", lambda res, best: res.correct)
     run_agents(tmp_path / "run", [conv], ["leka"], config(tmp_path, budget=2, reuse=False))
     trajectory, runs, results = steps(tmp_path / "run", "leka")
     judged = [s for s in trajectory if s.get("kind") == "judge"]
@@ -180,8 +180,9 @@ def test_leka_offline_judges_the_graph_layer(tmp_path, monkeypatch):
 
 def test_the_graph_layer_keeps_only_a_correct_and_faster_graph(monkeypatch):
     """_graph_layer with a scripted judge: a wrong graph, then a correct but not faster one (within
-    MIN_GAIN), are dropped and the proposer is left on the reference's graph; a correct and faster one is
-    kept, and the next change is judged on top of it."""
+    MIN_GAIN), and one faster by its estimate whose confidence interval reaches below the best, are dropped
+    and the proposer is left on the reference's graph; a correct and faster one is kept, and the next
+    change is judged on top of it."""
     from edgekernelbench.agents import leka
     from edgekernelbench.records import Result
     from edgekernelbench.search.graph import graph_key
@@ -203,13 +204,16 @@ def test_the_graph_layer_keeps_only_a_correct_and_faster_graph(monkeypatch):
         cfg = type("Cfg", (), {"reuse": False})
 
         def __init__(self, verdicts):
-            self.verdicts, self.judged, self.steps = list(verdicts), [], []
+            self.verdicts, self.judged, self.steps, self.accepted = list(verdicts), [], [], []
 
         def judge(self, spec, **kw):
             self.judged.append(spec)
-            correct, s = self.verdicts.pop(0)
+            correct, s, *ci = self.verdicts.pop(0)
             speedups = {"tvm-default": s} if correct else {}
-            return Result(problem=TINY, sample=4, backend="host-cpu", correct=correct, speedups=speedups)
+            res = Result(problem=TINY, sample=4, backend="host-cpu", correct=correct, speedups=speedups)
+            res.speedup_ci = {"tvm-default": ci[0]} if ci else {}
+            self.accepted.append(kw["accept"](res))  # what the episode will hold as its best
+            return res
 
         def record(self, **kw):
             self.steps.append(kw)
@@ -218,12 +222,14 @@ def test_the_graph_layer_keeps_only_a_correct_and_faster_graph(monkeypatch):
     a, b = (passes for _, passes in Proposer().graphs())
     for verdicts, kept in (
         ([(False, 0.0), (True, 1.01)], []),  # wrong; within MIN_GAIN: nothing kept
+        ([(True, 1.5, [0.97, 1.6]), (True, 1.3, [0.99, 1.4])], []),  # lucky rounds: nothing kept
         ([(True, 0.5), (True, 1.5)], b),  # slower; faster: B kept
         ([(True, 1.5), (True, 2.0)], a + b),  # A kept, then B on top of it
     ):
         ep, prop = Ep(verdicts), Proposer()
         out = leka._graph_layer(ep, None, prop, "t", best=1.0)
         assert [s.decisions.graph["passes"] for s in ep.judged] == [a, (a if kept == a + b else []) + b]
+        assert ep.accepted == [kept == a + b, bool(kept)]
         if not kept:
             assert out is None and prop.graph == ""
         else:
@@ -351,6 +357,12 @@ def test_offline_agents_through_the_cli_and_eval_reproduces_them(tmp_path):
     rows = list(csv.DictReader(curve.open()))
     assert {r["method"] for r in rows} == {"direct", "flat", "leka"}
     assert {r["problem"] for r in rows} == {"all", TINY} and max(int(r["evals"]) for r in rows) <= 2
+    # the search's judgments time the objective only; each final judgment times every baseline
+    trajectory, _, _ = steps(run, "leka")
+    judged = [s for s in trajectory if s.get("kind") == "judge" and s["verdict"]["correct"]]
+    assert judged and all(set(s["verdict"]["speedups"]) == {"tvm-default"} for s in judged)
+    final = next(s for s in trajectory if s.get("kind") == "final")
+    assert set(final["verdict"]["speedups"]) == {"tvm-default", "onnxruntime"}
     again = subprocess.run(cmd, capture_output=True, text=True)
     assert "done 0, already done 3" in again.stdout, again.stdout + again.stderr
     with RunStore(run) as s:

@@ -103,3 +103,33 @@ def test_the_graph_layer_relays_the_weights_once():
     names = [k.name for k in kernels(conv.id, key)]
     assert len(names) == 3 and all(n in ref.kernel_calls() for n in names)  # in, conv, out (activations)
     assert [k.name for k in kernels(conv.id)] != names  # the reference's graph: the conv alone
+
+
+def test_an_axis_without_whole_vectors_is_padded_first():
+    """17 outputs per row (a prime, like 257 DFT bins): no divisor fills a vector, so the unpadded tile is
+    one element (scalar code). The rules pad the axis to whole vectors first (pad_einsum: the weight copied
+    with zeros), the space ranks padded points first, the judge finds the padded schedule correct; a
+    matrix-vector product (the weight used once per call) is not padded."""
+    from edgekernelbench.harness.api import evaluate
+    from edgekernelbench.harness.timing import TimingConfig
+    from edgekernelbench.problems import get_problem
+    from edgekernelbench.search.kernels import kernels
+    from edgekernelbench.search.rules import analyze, contraction_plan, rule_spec
+    from edgekernelbench.search.rules.contraction import pad_multiples
+    from edgekernelbench.search.variants import KernelSpace
+
+    pid = "L1/tiny_matmul_odd"
+    (k,) = kernels(pid)
+    space = KernelSpace(pid, k.name, AVX2)
+    assert contraction_plan(space.facts, 8).vt == 1 and pad_multiples(space.facts, 8) == [8, 16, 32]
+    assert space.ranked[0][1].pad  # the cheapest point is a padded one
+    spec = rule_spec(get_problem(pid), vector_lanes=8)
+    assert "matmul/pad+tile+cache" in spec.notes
+    res = evaluate(pid, spec, "host-cpu", trials=2, timing=TimingConfig.quick(), baselines=("tvm-default",))
+    assert res.correct, res.detail
+    from edgekernelbench.reference import build_reference
+
+    funcs = build_reference(get_problem("L2/head_har")).primfuncs()  # 1 x 3968 @ 3968 x 100
+    gemv = next(n for n in funcs if n.startswith("fused_matmul"))
+    facts = analyze(funcs[gemv], gemv)
+    assert contraction_plan(facts, 16).vt < 16 and pad_multiples(facts, 16) == []

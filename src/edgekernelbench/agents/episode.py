@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,7 +30,10 @@ class AgentConfig:
     seed: int = 0
     timing: TimingConfig = field(default_factory=TimingConfig)
     final_timing: TimingConfig | None = field(default_factory=TimingConfig)  # None: as `timing`
-    baselines: tuple[str, ...] = DEFAULT_BASELINES
+    baselines: tuple[str, ...] = DEFAULT_BASELINES  # the final judgment's
+    # what the search's judgments time the candidate against: the objective only by default (the score
+    # is the speedup over it); the final judgment times every baseline. None: `baselines`
+    search_baselines: tuple[str, ...] | None = (OBJECTIVE,)
     limits: Limits | None = None
     peak: dict | None = None  # the backend's peaks, for the judge's plausibility check
     budget: Budget = field(default_factory=Budget)
@@ -106,15 +110,21 @@ class Episode:
         label: str = "",
         profile=True,
         charge=True,
+        accept: Callable[[Result], bool] | None = None,
     ) -> Result:
         """Judges `spec` (one evaluation of the budget; `charge=False`: the final judgment of an external
-        agent's file, made whatever it spent) and records the step."""
+        agent's file, made whatever it spent) and records the step. The candidate becomes the episode's best
+        when `accept(result)` says so (a method with its own acceptance rule: LEKA), else when its score is
+        above the best's."""
         if charge:
             self.usage.charge_eval()
         t0 = time.perf_counter()
         res = self._evaluate(spec, profile)
         s = score(res)
-        improved = s is not None and (self.best is None or s > self.best[2])
+        if accept is not None:
+            improved = s is not None and accept(res)
+        else:
+            improved = s is not None and (self.best is None or s > self.best[2])
         if improved:
             self.best = (spec, res, s)
         self.last, self.last_spec = res, spec
@@ -146,7 +156,9 @@ class Episode:
         )
         return res
 
-    def _evaluate(self, spec: KernelSpec, profile=True, timing: TimingConfig | None = None) -> Result:
+    def _evaluate(
+        self, spec: KernelSpec, profile=True, timing: TimingConfig | None = None, final: bool = False
+    ) -> Result:
         return evaluate(
             self.problem.id,
             spec,
@@ -155,7 +167,7 @@ class Episode:
             trials=self.cfg.trials,
             seed=self.cfg.seed,
             timing=timing or self.cfg.timing,
-            baselines=self.cfg.baselines,
+            baselines=self.cfg.baselines if final else (self.cfg.search_baselines or self.cfg.baselines),
             limits=self.cfg.limits,
             profile=profile,
             peak=self.cfg.peak,
@@ -167,7 +179,7 @@ class Episode:
         the full timing protocol even when the search used the short one (`--quick`): a short protocol's
         few rounds do not outvote a transient of a few milliseconds."""
         t0 = time.perf_counter()
-        res = self._evaluate(spec, timing=self.cfg.final_timing or self.cfg.timing)
+        res = self._evaluate(spec, timing=self.cfg.final_timing or self.cfg.timing, final=True)
         self.record(
             kind="final",
             proposal=label,

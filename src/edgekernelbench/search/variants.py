@@ -7,6 +7,7 @@ Each variant replays on a fresh schedule and builds for the host target before i
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import logging
 from dataclasses import dataclass, field
@@ -108,6 +109,7 @@ class Config:
     acc_vectors: int | None = None
     max_vectors: int | None = None
     unroll_step: int | None = None
+    pad: int = 0  # the vectorized axis padded to a multiple of this many elements first (0: not padded)
 
     @property
     def label(self) -> str:
@@ -115,7 +117,7 @@ class Config:
             return f"{self.strategy}/{self.lanes} lanes"
         return (
             f"{self.strategy}/{self.lanes} lanes/acc {self.acc_vectors}/vec {self.max_vectors}"
-            f"/unroll {self.unroll_step}"
+            f"/unroll {self.unroll_step}" + (f"/pad {self.pad}" if self.pad else "")
         )
 
 
@@ -141,6 +143,23 @@ class KernelSpace:
             return
         self.ranked = self._rank()
 
+    def _padded_facts(self, lanes: int) -> dict:
+        """pad multiple -> the facts of the kernel padded to it (search.rules.pad_main), for the cost model;
+        {0: the kernel's own facts}."""
+        from tvm import s_tir
+
+        from ..ir.replay import _as_main
+        from .rules import Skip
+        from .rules.contraction import pad_main, pad_multiples
+
+        out = {0: self.facts}
+        for m in pad_multiples(self.facts, lanes):
+            try:
+                out[m] = pad_main(s_tir.Schedule(_as_main(self.func)), self.facts, lanes, m)
+            except Skip:
+                continue
+        return out
+
     def _rank(self) -> list[tuple[float, Config]]:
         from .cost import contraction_cost
         from .rules import Skip, contraction_plan, strategies
@@ -148,24 +167,27 @@ class KernelSpace:
         scored: dict[tuple, tuple[float, Config]] = {}
         others: list[Config] = []
         for lanes in lanes_options(self.machine.lanes):
-            for sname, _ in strategies(self.facts, lanes, parallel=self.threads > 1):
+            snames = [n for n, _ in strategies(self.facts, lanes, parallel=self.threads > 1)]
+            padded = self._padded_facts(lanes) if any(n in TILE_STRATEGIES for n in snames) else {}
+            for sname in snames:
+                if sname == "pad+tile+cache":  # the padded points below
+                    continue
                 if sname not in TILE_STRATEGIES:
                     others.append(Config(sname, lanes))
                     continue
-                for acc in ACC_VECTORS:
-                    for maxv in MAX_VECTORS:
-                        try:
-                            plan = contraction_plan(self.facts, lanes, maxv, acc)
-                        except Skip:
-                            continue
-                        for step in UNROLL_STEPS:
-                            cost = contraction_cost(
-                                plan, self.machine, cache=sname == "tile+cache", unroll_step=step
-                            )
-                            # points with the same tile are the same schedule: keep the first
-                            key = (sname, plan.lanes, plan.vt, plan.ut, tuple(plan.gv.members), step)
-                            if key not in scored:
-                                scored[key] = (cost, Config(sname, lanes, acc, maxv, step))
+                for (pad, facts), acc, maxv in itertools.product(padded.items(), ACC_VECTORS, MAX_VECTORS):
+                    try:
+                        plan = contraction_plan(facts, lanes, maxv, acc)
+                    except Skip:
+                        continue
+                    for step in UNROLL_STEPS:
+                        cost = contraction_cost(
+                            plan, self.machine, cache=sname == "tile+cache", unroll_step=step
+                        )
+                        # points with the same tile are the same schedule: keep the first
+                        key = (sname, pad, plan.lanes, plan.vt, plan.ut, tuple(plan.gv.members), step)
+                        if key not in scored:
+                            scored[key] = (cost, Config(sname, lanes, acc, maxv, step, pad))
         ranked = sorted(scored.values(), key=lambda t: t[0])
         tail = max((c for c, _ in ranked), default=0.0)
         return ranked + [(tail + 1 + i, c) for i, c in enumerate(others)]
@@ -189,6 +211,7 @@ class KernelSpace:
                     max_vectors=cfg.max_vectors,
                     acc_vectors=cfg.acc_vectors,
                     unroll_step=cfg.unroll_step,
+                    pad=cfg.pad,
                 )
             else:
                 fn = dict(strategies(self.facts, cfg.lanes, parallel=self.threads > 1))[cfg.strategy]

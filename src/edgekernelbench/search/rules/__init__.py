@@ -5,7 +5,8 @@ For every PrimFunc that the reference's `main` calls, the rules look at its bloc
 extents, and the stride of each block variable in every buffer access), classify it, and schedule
 it on a LayerRecorder in three phases:
 
-- loop:   compute_inline producers (padding), reverse_compute_inline epilogues (bias, activation),
+- loop:   pad_einsum of an axis with no divisor that fills whole vectors (257 DFT bins),
+          compute_inline producers (padding), reverse_compute_inline epilogues (bias, activation),
           tiling (split + reorder) with a vectorized innermost spatial loop and an unrolled register
           tile, parallel over the fused outer spatial loops, unrolled small reduction loops;
 - memory: a cache_write accumulator placed in the tile loop (reverse_compute_at), with the

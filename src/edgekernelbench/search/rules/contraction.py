@@ -105,6 +105,57 @@ def contraction_plan(
     return TilePlan(b, groups, gv, gu, vt, ut, lanes, gather)
 
 
+PAD_GAIN = 0.1  # padding is offered when it raises the vector lanes' useful share by this much
+PAD_MIN_REUSE = 8  # ... and each padded operand's element is used by at least this many outputs
+
+
+def pad_multiples(facts: FuncFacts, lanes: int) -> list[int]:
+    """The multiples worth padding the vectorized axis of the main block to (pad_einsum: the iteration
+    domain grows, the padded operand is copied with zeros, the extra outputs are dropped), when its extent
+    has no divisor that fills whole vectors (257 DFT bins: a tile of 1 element, i.e. scalar code): one to
+    four vectors, each only when the padded extent keeps more lanes busy than the unpadded tile does, and
+    only when every operand that would be padded is reused across outputs (the padded copy is made on
+    every call: for a matrix-vector product it would double the traffic of a memory-bound kernel)."""
+    try:
+        plan = contraction_plan(facts, lanes)
+    except Skip:
+        return []
+    if len(plan.gv.members) != 1 or plan.gather:
+        return []
+    b, axis = plan.block, plan.gv.members[0]
+    for a in b.reads:
+        if a.strides[axis] != 0:  # padded along with the axis
+            reuse = math.prod(b.extents[i] for i in b.spatial if a.strides[i] == 0)
+            if reuse < PAD_MIN_REUSE:
+                return []
+    ext, vt, lanes = plan.gv.extent, plan.vt, plan.lanes
+    busy = vt / (plan.nvec * lanes)
+    out = []
+    for m in (lanes, 2 * lanes, 4 * lanes):
+        padded = -(-ext // m) * m
+        if padded != ext and ext / padded > busy + PAD_GAIN:
+            out.append(m)
+    return out
+
+
+def pad_main(sch, facts: FuncFacts, lanes: int, multiple: int) -> FuncFacts:
+    """pad_einsum on the main block's vectorized axis to a multiple of `multiple` (the other axes as they
+    are); returns the facts of the padded function (the padded operand's copy is a producer block, the
+    copy back into the unpadded output a consumer). Raises Skip where TVM refuses (not an einsum)."""
+    from .analysis import analyze
+
+    plan = contraction_plan(facts, lanes)
+    if len(plan.gv.members) != 1:
+        raise Skip("the vectorized axis is a fused group")
+    padding = [1] * len(plan.block.extents)
+    padding[plan.gv.members[0]] = multiple
+    try:
+        sch.pad_einsum(sch.get_sblock(plan.block.name), padding)
+    except Exception as e:  # noqa: BLE001 -- tvm's ScheduleError: not an einsum
+        raise Skip(f"pad_einsum: {str(e).splitlines()[-1][:120]}") from None
+    return analyze(sch.mod["main"], facts.name)
+
+
 def schedule_contraction(
     rec,
     facts: FuncFacts,
@@ -117,26 +168,33 @@ def schedule_contraction(
     max_vectors: int = MAX_VEC_TILE,
     acc_vectors: int = ACC_VECTORS,
     unroll_step: int = AUTO_UNROLL_STEP,
+    pad: int = 0,
 ) -> dict:
     """Conv / depthwise / pointwise / dense / matmul / windowed pool: one reduction block with
     injective producers (padding, casts) and consumers (bias, activation, requantize).
 
     Tile: [outer spatial (fused)] x [reduction] x [unrolled axis] x [vectorized axis]; the unrolled
     and vectorized tiles hold `acc_vectors` vector accumulators (cache_write "local"). `unroll_step`:
-    the auto-unroll annotation of the target layer (0: none)."""
+    the auto-unroll annotation of the target layer (0: none). `pad`: first pad the vectorized axis to a
+    multiple of this many elements (pad_main)."""
     sch = rec.sch
-    plan = contraction_plan(facts, lanes, max_vectors, acc_vectors)
-    b, groups, gv, gu, vt, ut, lanes = plan.block, plan.groups, plan.gv, plan.gu, plan.vt, plan.ut, plan.lanes
-    annotate = annotate and not plan.gather and unroll_step > 0
-    info: dict = {
-        "vector_axis": gv.members,
-        "vector_tile": vt,
-        "unroll_axis": gu.members if gu else None,
-        "unroll_tile": ut,
-    }
-    producers, consumers = _producers_consumers(facts, b.name)
     fused = None
     with rec.layer("loop"):
+        if pad:
+            facts = pad_main(sch, facts, lanes, pad)
+        plan = contraction_plan(facts, lanes, max_vectors, acc_vectors)
+        b, groups, gv, gu, vt, ut = plan.block, plan.groups, plan.gv, plan.gu, plan.vt, plan.ut
+        lanes = plan.lanes
+        annotate = annotate and not plan.gather and unroll_step > 0
+        info: dict = {
+            "vector_axis": gv.members,
+            "vector_tile": vt,
+            "unroll_axis": gu.members if gu else None,
+            "unroll_tile": ut,
+        }
+        if pad:
+            info["padded_to"] = pad
+        producers, consumers = _producers_consumers(facts, b.name)
         # padding whose bounds checks run along the vectorized axis stays a separate copy (inlined,
         # the checks block vectorization); other producers (casts, row-only padding) are inlined
         inl = [p for p in reversed(producers) if inline_pad or _inline_ok(b, facts.block(p), gv)]

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from ...ir.spec import Decisions, KernelSpec
 from .analysis import FuncFacts, analyze, default_vector_lanes
-from .contraction import schedule_contraction
+from .contraction import pad_multiples, schedule_contraction
 from .injective import schedule_injective
 from .primitives import Skip
 from .rows import schedule_rows
@@ -23,6 +23,8 @@ def strategies(facts: FuncFacts, lanes: int, parallel: bool = False) -> list[tup
     kw = {"parallel": parallel}
     out: list[tuple[str, Callable]] = []
     if c in CONTRACTIONS or c == "reduce":
+        for m in pad_multiples(facts, lanes)[:1]:  # no whole vectors along the axis: pad it first
+            out.append(("pad+tile+cache", lambda r, m=m: schedule_contraction(r, facts, lanes, pad=m, **kw)))
         out += [
             ("tile+cache", lambda r: schedule_contraction(r, facts, lanes, **kw)),
             ("tile", lambda r: schedule_contraction(r, facts, lanes, cache=False, **kw)),
