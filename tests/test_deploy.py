@@ -386,3 +386,26 @@ def test_tuned_decisions_for_another_graph_are_not_offered():
     assert list(offers) == ["a"]
     dec.graph = {}
     assert list(leka_offers(spec, 2.0, [KernelChoice("b", "mine", 1)])) == ["b"]  # no graph change: by name
+
+
+def test_a_tuned_graph_change_is_deployed(tmp_path, monkeypatch):
+    """LEKA's tuned candidate kept a graph change (here channels last: an acceptance that keeps every correct
+    change, so the test does not depend on this machine's timings): the model is deployed on that graph --
+    the manifest says so, the convolution's weight is stored re-laid out (HWIO), the kernels are the new
+    graph's with the tuned decisions -- and the artifact verifies against the oracle."""
+    import edgekernelbench
+    from edgekernelbench.agents import leka
+    from edgekernelbench.search.graph import NHWC, graph_key
+    from edgekernelbench.search.kernels import kernels
+
+    monkeypatch.setattr(leka, "improves", lambda res, best: res.correct)
+    conv = get_problem("L1/tiny_conv3x3")
+    d = edgekernelbench.deploy(
+        conv, "host-cpu", tmp_path / "out", trials=2, kernel_db=tmp_path / "k.db", quick=True, measure=False
+    )
+    assert d.manifest["decisions"]["graph"] == {"passes": NHWC, "source": "leka (--trials)"}
+    assert [3, 3, 8, 16] in [w["shape"] for w in d.manifest["weights"]]
+    names = {k.name for k in kernels(conv.id, graph_key(NHWC))}
+    deployed = {k["name"]: k for k in d.manifest["kernels"]}
+    assert set(deployed) == names and any(k["source"] == "leka" for k in deployed.values())
+    assert d.verification["verified"], d.verification

@@ -86,10 +86,18 @@ def test_the_graph_layer_relays_the_weights_once():
     from edgekernelbench.problems import get_problem
     from edgekernelbench.search.graph import FAST_MATH, NHWC, graph_alternatives, graph_key, graph_reference
     from edgekernelbench.search.kernels import kernels
+    from edgekernelbench.search.rules import analyze, contraction_plan
 
     conv = get_problem("L1/tiny_conv3x3")
     assert [passes for _, passes in graph_alternatives(conv)] == [NHWC]
     assert graph_alternatives(get_problem("L1/tiny_matmul_128")) == []
+    # a 1-D convolution too: NWC makes its output channels (64) the vector axis, where NCW vectorized the
+    # 124 time steps 4 at a time (124 = 4 x 31: no divisor fills a vector)
+    har = get_problem("L2/conv1d_block_har")
+    assert [passes for _, passes in graph_alternatives(har)] == [NHWC]
+    (c1,) = [k.name for k in kernels(har.id, graph_key(NHWC)) if k.name.startswith("fused_conv1d1")]
+    facts = analyze(graph_reference(har.id, graph_key(NHWC)).primfuncs()[c1], c1)
+    assert contraction_plan(facts, 16).vt >= 16
     assert [passes for _, passes in graph_alternatives(get_problem("L1/softmax_mobilebert_attn"))] == [
         FAST_MATH
     ]

@@ -42,6 +42,7 @@ from .decisions import (
     model_kernels,
     revert,
     rule_offers,
+    run_graph,
     run_offers,
     take,
 )
@@ -211,45 +212,68 @@ def deploy(
     from ..reference import build_reference
 
     reference = build_reference(problem)
+    stages.done("reference")
     target = builder.target()
     target_key = db_target_key(resolve_target(profile))  # as LEKA records it (search.kernels)
-    kernels = model_kernels(reference)
-    ref_funcs = reference.primfuncs()
     notes: list[str] = []
-
-    # 1. a run, 2. the kernel database
-    offers: dict[str, list] = {k.name: [] for k in kernels}
+    by_workload: dict[str, list] = {}
+    graph = None  # {"passes": [...], "source": ...} when the model is deployed on a changed graph
     if from_run is not None:
         by_workload, run_notes = run_offers(Path(from_run), profile.name)
         notes += run_notes
-        for k in kernels:
-            offers[k.name] += by_workload.get(k.workload, [])
+        found = run_graph(Path(from_run), profile.name, problem.id)
+        if found is not None:
+            graph = {"passes": found[0], "source": found[1]}
     db_path = None
     if use_db:
         with KernelDB(kernel_db) as db:
             db_path = str(db.path)
+
+    def decide(reference, tuned=None) -> list[KernelChoice]:
+        """Each kernel of `reference` takes the first offer that applies: the run's, the tuned candidate's
+        (`tuned`: LEKA's on the graph it changed, judged on this very model), the kernel database's."""
+        kernels = model_kernels(reference)
+        funcs = reference.primfuncs()
+        offered = leka_offers(tuned[0], tuned[1], kernels) if tuned is not None else {}
+        stored = KernelDB(db_path) if db_path else None
+        try:
             for k in kernels:
-                offers[k.name] += db_offers(db, k.workload, target_key)
-    stages.done("reference")
-    for k in kernels:
-        take(k, offers[k.name], ref_funcs[k.name], target, versions["tvm"])
+                offers = list(by_workload.get(k.workload, []))
+                offers += [offered[k.name]] if k.name in offered else []
+                offers += db_offers(stored, k.workload, target_key) if stored is not None else []
+                take(k, offers, funcs[k.name], target, versions["tvm"])
+        finally:
+            if stored is not None:
+                stored.close()
+        return kernels
+
+    if graph is not None:
+        reference = graph_reference_of(problem, reference, graph["passes"])
+    kernels = decide(reference)
     stages.done("decisions")
-    # 3. a fresh tuning for the kernels still without a decision
+    # 3. a fresh tuning for the kernels still without a decision; its graph, when it kept a change
     tuning = None
     if trials > 0 and any(k.source == TVM_DEFAULT for k in kernels):
         from .tune import tune
 
         best = tune(problem, profile, trials, out / "tuning", Path(db_path) if db_path else None, timing)
         tuning = {"trials": trials, "run_dir": str(out / "tuning"), "speedup": best[1] if best else None}
-        if best is not None:
-            tuned = leka_offers(best[0], best[1], kernels)
+        passes = best[0].decisions.graph.get("passes") if best is not None else None
+        if passes and graph is None:  # the model on the graph LEKA kept
+            graph = {"passes": list(passes), "source": "leka (--trials)"}
+            reference = graph_reference_of(problem, reference, graph["passes"])
+            kernels = decide(reference, best)
+        elif best is not None:  # the same graph: the tuned decisions serve the kernels still without one
+            offered = leka_offers(best[0], best[1], kernels)
+            funcs = reference.primfuncs()
             for k in kernels:
-                if k.source == TVM_DEFAULT and k.name in tuned:
-                    take(k, [tuned[k.name]], ref_funcs[k.name], target, versions["tvm"])
+                if k.source == TVM_DEFAULT and k.name in offered:
+                    take(k, [offered[k.name]], funcs[k.name], target, versions["tvm"])
         stages.done("tuning")
+    ref_funcs = reference.primfuncs()
     # 4. the rule-based schedules
     if rules and any(k.source == TVM_DEFAULT for k in kernels):
-        ruled = rule_offers(problem, profile, kernels)
+        ruled = rule_offers(problem, profile, kernels, reference if graph is not None else None)
         for k in kernels:
             if k.source == TVM_DEFAULT and k.name in ruled:
                 take(k, [ruled[k.name]], ref_funcs[k.name], target, versions["tvm"])
@@ -333,6 +357,7 @@ def deploy(
             "from_run": str(from_run) if from_run is not None else None,
             "kernel_db": db_path,
             "tuning": tuning,
+            "graph": graph,
         },
         "kernels": [k.manifest_entry() for k in kernels],
         "seconds": dict(stages.seconds),
@@ -353,6 +378,21 @@ def _safe(name: str) -> str:
 
 
 # ------------------------------------------------------------------------------------------ timing
+def graph_reference_of(problem, reference, passes: list[dict]):
+    """The model's reference with graph-layer passes applied (ir.replay.apply_graph_decisions: weight
+    re-layouts lifted into main_transform_params, so the artifact's weights are stored re-laid out)."""
+    from ..errors import DecisionError
+    from ..ir.replay import apply_graph_decisions
+    from ..reference import Reference
+
+    try:
+        mod = apply_graph_decisions(problem, passes)
+    except DecisionError as e:
+        raise DeployError(f"{problem.id}: the graph decisions do not apply: {e.detail}") from None
+    ref = reference
+    return Reference(ref.problem_id, mod, ref.input_names, ref.param_names, ref.params)
+
+
 def measure_kernels(kernels: list[KernelChoice], default_mod, problem, weights, builder, timing):
     """Each decided kernel, deployed vs tvm-default's version of it, timed here with the harness's protocol
     (same arguments: those of its first call in main). A decision measured slower in every round goes back to

@@ -13,6 +13,11 @@ order, by
 4. with `--rules`, the rule-based schedule (search/rules) of each kernel still without one: not judged, so
    on the host every decided kernel is timed against tvm-default's version before it is kept (build.py).
 
+The graph comes first: when the run's best candidate of this model (`--from RUN`), else LEKA's tuned
+candidate (`--trials N`), kept a graph-layer change (convolutions channels last, fast math), the model is
+deployed on that graph -- its weights re-laid out once at deploy time -- and every kernel is looked up by
+the workload it has there.
+
 A decision is used when it was recorded with this TVM version, replays on the kernel (its layers, in order)
 and the kernel then builds for the target; otherwise the next offer is tried and the reason is kept. A kernel
 left without a decision gets tvm-default's version of it (TVM's default pipeline plus dlight's rules), and
@@ -150,8 +155,12 @@ def run_offers(run_dir: Path, backend: str) -> tuple[dict[str, list[Offer]], lis
         if why:
             notes.append(f"{where}: {why}")
             continue
+        graph = bool(spec.decisions.graph.get("passes"))
         for func in spec.decisions.scheduled_funcs():
-            wl = spec.decisions.workloads.get(func) or _workload_of(r.problem, func, workloads)
+            # a candidate on another graph names its kernels' workloads itself (LEKA records them)
+            wl = spec.decisions.workloads.get(func)
+            if not wl and not graph:
+                wl = _workload_of(r.problem, func, workloads)
             if not wl:
                 notes.append(f"{where}: no workload key for {func}")
                 continue
@@ -174,8 +183,6 @@ def unusable(spec: KernelSpec) -> str:
         return "given as module text (parsed only in the judge's sandbox): not used"
     if spec.schedule_code:
         return "given as schedule code (run only in the judge's sandbox): not used"
-    if spec.decisions.graph.get("passes"):
-        return "has graph-layer decisions (other PrimFuncs than the reference's): not used"
     if spec.decisions.target_attrs:
         return "needs target attributes: not used"
     return ""
@@ -194,25 +201,47 @@ def db_offers(db, workload: str, target: str) -> list[Offer]:
     ]
 
 
-def rule_offers(problem, profile, kernels: list[KernelChoice]) -> dict[str, Offer]:
-    """kernel name -> its rule-based schedule (search/rules: one rule per operator class, no judging)."""
-    from ..search.rules import rule_spec
+def rule_offers(problem, profile, kernels: list[KernelChoice], reference=None) -> dict[str, Offer]:
+    """kernel name -> its rule-based schedule (search/rules: one rule per operator class, no judging), on
+    `reference` (default: the model's own)."""
+    from ..search.rules import rule_schedules
 
-    spec = rule_spec(problem, vector_lanes=profile.vector_lanes, threads=profile.threads, verify_build=False)
-    strategies = dict(n.split(": ", 1) for n in spec.notes.split("; ") if ": " in n)
+    scheduled = rule_schedules(
+        problem, profile.vector_lanes, profile.threads, reference=reference, verify_build=False
+    )
+    by_name = {fs.name: fs for fs in scheduled if fs.traces}
     out = {}
     for k in kernels:
-        layers = dict(spec.decisions.layer_traces(k.name))
-        if layers:
-            prov = {"problem": problem.id, "method": "rules", "strategy": strategies.get(k.name, "")}
-            out[k.name] = Offer("rules", layers, prov)
+        if k.name in by_name:
+            fs = by_name[k.name]
+            prov = {"problem": problem.id, "method": "rules", "strategy": f"{fs.op_class}/{fs.strategy}"}
+            out[k.name] = Offer("rules", dict(fs.traces), prov)
     return out
 
 
+def run_graph(run_dir: Path, backend: str, problem_id: str) -> tuple[list[dict], str] | None:
+    """(graph passes, where from) of the run's best correct candidate of this very problem on `backend`,
+    when that candidate changed the graph (LEKA kept channels-last or fast math); else None."""
+    from ..store import RunStore
+
+    with RunStore(Path(run_dir)) as store:
+        results = [r for r in store.results(backend=backend) if r.problem == problem_id and r.correct]
+    if not results:
+        return None
+    best = max(results, key=lambda r: r.speedups.get(TVM_DEFAULT) or 0.0)
+    path = _candidate_file(Path(run_dir), best.problem, best.sample, best.candidate)
+    try:
+        spec = load_candidate(path, best.problem) if path is not None else None
+    except MalformedCandidate:
+        return None
+    passes = spec.decisions.graph.get("passes") if spec is not None and not unusable(spec) else None
+    return (list(passes), f"run {run_dir} ({best.problem} sample {best.sample})") if passes else None
+
+
 def leka_offers(spec: KernelSpec, speedup: float | None, kernels: list[KernelChoice]) -> dict[str, Offer]:
-    """kernel name -> the tuned candidate's decisions for it. A candidate whose graph layer changed the
-    kernels (LEKA kept NHWC or fast math) offers only the kernels whose workload is still the reference's:
-    the artifact is built on the reference's graph (graph-layer decisions are not deployed yet)."""
+    """kernel name -> the tuned candidate's decisions for it. Offered by name when the candidate kept the
+    reference's graph, else only for kernels of the same workload (the deployment is on the candidate's
+    graph, or its graph change left some kernels as they were)."""
     out = {}
     changed = bool(spec.decisions.graph.get("passes"))
     for k in kernels:

@@ -3,12 +3,13 @@
 A graph decision is a list of Relax passes (`Decisions.graph["passes"]`, replayed by
 `ir.replay.apply_graph_decisions` before legalization and fusion); what they add that depends on weights
 only (e.g. a kernel re-laid out) is lifted into `main_transform_params` and runs once, at load time.
-Today's alternatives: convolutions in NHWC with HWIO kernels (the output channel, contiguous in the
-output and in the re-laid-out weights, becomes the vector axis; strided and small-spatial convolutions
-then vectorize without gathers), at the price of transposing the activations where the graph enters and
-leaves that layout; and fast math (approximations of softmax, exp, erf, tanh that vectorize). LEKA tries
-them one after the other, each on top of those already kept. Packed layouts (NCHW[x]c) are not offered:
-TVM 0.27's Relax has no legalization for conv2d in them (the op stays high-level and cannot be built).
+Today's alternatives: convolutions channels last (2-D: NHWC with HWIO kernels, 1-D: NWC with WIO; the
+output channel, contiguous in the output and in the re-laid-out weights, becomes the vector axis; strided,
+small-spatial and odd-length convolutions then vectorize without gathers or partial vectors), at the price
+of transposing the activations where the graph enters and leaves that layout; and fast math
+(approximations of softmax, exp, erf, tanh that vectorize). LEKA tries them one after the other, each on
+top of those already kept. Packed layouts (NCHW[x]c) are not offered: TVM 0.27's Relax has no legalization
+for conv2d in them (the op stays high-level and cannot be built).
 
 A graph is named by its key (`graph_key`: the passes as canonical JSON; "" is the reference's graph), and
 the kernels, schedule spaces and scripts of search/ take that key."""
@@ -18,7 +19,13 @@ from __future__ import annotations
 import functools
 import json
 
-NHWC = [{"name": "ConvertLayout", "args": {"desired_layouts": {"relax.nn.conv2d": ["NHWC", "HWIO"]}}}]
+# channels last: conv2d in NHWC with HWIO weights, conv1d in NWC with WIO weights
+NHWC = [
+    {
+        "name": "ConvertLayout",
+        "args": {"desired_layouts": {"relax.nn.conv2d": ["NHWC", "HWIO"], "relax.nn.conv1d": ["NWC", "WIO"]}},
+    }
+]
 FAST_MATH = [{"name": "FastMathTransform", "args": {}}]
 # ONNX operators whose Relax form FastMathTransform replaces (softmax, exp, erf, tanh) or imports to one
 FAST_MATH_OPS = {"Softmax", "Exp", "Erf", "Tanh", "Gelu"}
@@ -33,15 +40,15 @@ def graph_passes(key: str) -> list[dict]:
 
 
 def graph_alternatives(problem) -> list[tuple[str, list[dict]]]:
-    """(label, passes) for each graph change worth judging, in order: NHWC when the model has 2-D
-    convolutions (ONNX Conv with a 4-D weight); fast math (TVM's FastMathTransform: softmax, exp, erf and
-    tanh as polynomial approximations that vectorize, where LLVM's libm calls stay scalar) when it has those
-    functions -- the judge's tolerance decides whether the approximation is close enough."""
+    """(label, passes) for each graph change worth judging, in order: channels last when the model has 1-D
+    or 2-D convolutions (ONNX Conv with a 3-D or 4-D weight); fast math (TVM's FastMathTransform: softmax,
+    exp, erf and tanh as polynomial approximations that vectorize, where LLVM's libm calls stay scalar) when
+    it has those functions -- the judge's tolerance decides whether the approximation is close enough."""
     nodes = problem.model.graph.node
     inits = {t.name: len(t.dims) for t in problem.model.graph.initializer}
     out = []
-    if any(n.op_type == "Conv" and inits.get(n.input[1]) == 4 for n in nodes):
-        out.append(("graph: conv2d NHWC / HWIO weights", NHWC))
+    if any(n.op_type == "Conv" and inits.get(n.input[1]) in (3, 4) for n in nodes):
+        out.append(("graph: convolutions channels last (NHWC / HWIO, NWC / WIO weights)", NHWC))
     if any(n.op_type in FAST_MATH_OPS for n in nodes):
         out.append(("graph: fast math (softmax, exp, erf, tanh)", FAST_MATH))
     return out
