@@ -93,6 +93,8 @@ def test_the_graph_layer_relays_the_weights_once():
     assert graph_alternatives(get_problem("L1/tiny_matmul_128")) == []
     # a 1-D convolution too: NWC makes its output channels (64) the vector axis, where NCW vectorized the
     # 124 time steps 4 at a time (124 = 4 x 31: no divisor fills a vector)
+    # a quantized (QDQ) model's convolution weights sit behind DequantizeLinear: still constants
+    assert [passes for _, passes in graph_alternatives(get_problem("L2/uint8_ds_block_s2_vww"))] == [NHWC]
     har = get_problem("L2/conv1d_block_har")
     assert [passes for _, passes in graph_alternatives(har)] == [NHWC]
     (c1,) = [k.name for k in kernels(har.id, graph_key(NHWC)) if k.name.startswith("fused_conv1d1")]

@@ -45,13 +45,27 @@ def graph_alternatives(problem) -> list[tuple[str, list[dict]]]:
     exp, erf and tanh as polynomial approximations that vectorize, where LLVM's libm calls stay scalar) when
     it has those functions -- the judge's tolerance decides whether the approximation is close enough."""
     nodes = problem.model.graph.node
-    inits = {t.name: len(t.dims) for t in problem.model.graph.initializer}
     out = []
-    if any(n.op_type == "Conv" and inits.get(n.input[1]) in (3, 4) for n in nodes):
+    if any(n.op_type == "Conv" and _weight_rank(problem.model.graph, n.input[1]) in (3, 4) for n in nodes):
         out.append(("graph: convolutions channels last (NHWC / HWIO, NWC / WIO weights)", NHWC))
     if any(n.op_type in FAST_MATH_OPS for n in nodes):
         out.append(("graph: fast math (softmax, exp, erf, tanh)", FAST_MATH))
     return out
+
+
+def _weight_rank(graph, name: str) -> int | None:
+    """The rank of a constant weight: an initializer, or one behind the casts and DequantizeLinear of a
+    quantized (QDQ) model; None for a tensor computed from the inputs."""
+    inits = {t.name: len(t.dims) for t in graph.initializer}
+    producers = {o: n for n in graph.node for o in n.output}
+    for _ in range(4):
+        if name in inits:
+            return inits[name]
+        node = producers.get(name)
+        if node is None or node.op_type not in ("DequantizeLinear", "Cast", "Identity"):
+            return None
+        name = node.input[0]
+    return None
 
 
 @functools.lru_cache(maxsize=32)
