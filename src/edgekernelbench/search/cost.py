@@ -73,8 +73,11 @@ class Machine:
         return LEVEL_BW[-1][1]
 
 
-def contraction_cost(plan, machine: Machine, *, cache: bool = True, unroll_step: int = 64) -> float:
-    """Estimated cycles of a contraction scheduled with `plan` (search.rules.TilePlan)."""
+def contraction_cost(
+    plan, machine: Machine, *, cache: bool = True, unroll_step: int = 64, order: str = "rows"
+) -> float:
+    """Estimated cycles of a contraction scheduled with `plan` (search.rules.TilePlan) and its tile loops in
+    `order` (search.rules.schedule_contraction)."""
     b = plan.block
     lanes = plan.lanes
     nvec, ut, vt = plan.nvec, plan.ut, plan.vt
@@ -86,7 +89,8 @@ def contraction_cost(plan, machine: Machine, *, cache: bool = True, unroll_step:
     elem = max(1, b.dtype_bits // 8)
 
     loads, moving = 0.0, 0
-    slice_elems = 0  # elements of all reads one tile touches over its whole reduction
+    memory = 0.0  # cycles to bring each tile's operand slices in, from where they live between tiles
+    fastest = _fastest_tile_axes(plan, order)
     for acc in b.reads:
         along_v = any((acc.strides[i] or 0) != 0 for i in v_axes)
         along_u = any((acc.strides[i] or 0) != 0 for i in u_axes)
@@ -98,7 +102,16 @@ def contraction_cost(plan, machine: Machine, *, cache: bool = True, unroll_step:
             loads += ut
         else:
             loads += 1 / max(1, nvec * ut)  # invariant in the tile: hoisted by the compiler
-        slice_elems += (vt if along_v else 1) * (ut if along_u else 1) * red
+        sliced = (vt if along_v else 1) * (ut if along_u else 1) * red * elem
+        # the next tile moves along the fastest tile axes: a slice that does not depend on them is the
+        # one just used (in L1); one that does cycles through all of them before it comes back
+        moves = [i for i in fastest if _touches(acc, i)]
+        ws = (
+            sliced * max(1, math.prod(b.extents[i] for i in moves) // _tile_of(plan, fastest))
+            if moves
+            else sliced
+        )
+        memory += sliced / machine.bandwidth(min(ws, _operand_bytes(b, acc, elem)))
     fmas = nvec * ut
     live = fmas + moving * nvec + 1
     spills = 2.0 * max(0, live - machine.vector_regs)
@@ -112,14 +125,29 @@ def contraction_cost(plan, machine: Machine, *, cache: bool = True, unroll_step:
     if unroll_step >= 256 and red * fmas > 1024:
         per_step_overhead += 0.25  # a large unrolled body: instruction-cache pressure
     compute = tiles * (red * (step + per_step_overhead) + 2 * fmas + 4)
-    total_bytes = sum(
-        math.prod(b.extents[i] for i in range(len(b.extents)) if _touches(a, i)) for a in b.reads
-    )
-    total_bytes = (total_bytes + spatial) * elem
-    memory = tiles * slice_elems * elem / machine.bandwidth(total_bytes)
-    return max(compute, memory)
+    return max(compute, tiles * memory)
 
 
 def _touches(acc, i: int) -> bool:
     s = acc.strides[i]
     return s is None or s != 0
+
+
+def _operand_bytes(b, acc, elem: int) -> int:
+    return math.prod(b.extents[i] for i in range(len(b.extents)) if _touches(acc, i)) * elem
+
+
+def _fastest_tile_axes(plan, order: str) -> list[int]:
+    """The block axes of the innermost tile loop: the last axis group with tiles of its own ("panels" moves
+    the vectorized axis's tiles outermost)."""
+    tiled = [
+        g for g in plan.groups if (plan.vt if g is plan.gv else plan.ut if g is plan.gu else 1) < g.extent
+    ]
+    if order == "panels" and plan.gv in tiled and len(tiled) > 1:
+        tiled.remove(plan.gv)
+    return list(tiled[-1].members) if tiled else []
+
+
+def _tile_of(plan, axes: list[int]) -> int:
+    g = next((g for g in plan.groups if list(g.members) == axes), None)
+    return plan.vt if g is plan.gv else plan.ut if g is plan.gu else 1

@@ -98,6 +98,16 @@ ACC_VECTORS = (2, 4, 6, 8, 12, 16, 24)  # vector accumulators of the register ti
 MAX_VECTORS = (1, 2, 4)  # vectors along the vectorized axis
 UNROLL_STEPS = (0, 16, 64, 256)  # the target layer's auto-unroll step
 TILE_STRATEGIES = ("tile+cache", "tile")
+ORDERS = ("rows", "panels")  # the tile loops' order
+
+
+def _reorders(plan) -> bool:
+    """Whether "panels" is another loop nest than "rows": the vectorized axis has tiles of its own and
+    another axis group with tiles comes before it in "rows"."""
+    if plan.vt >= plan.gv.extent:
+        return False
+    k = plan.groups.index(plan.gv)
+    return any((plan.ut if g is plan.gu else 1) < g.extent for g in plan.groups[:k])
 
 
 @dataclass(frozen=True)
@@ -110,6 +120,7 @@ class Config:
     max_vectors: int | None = None
     unroll_step: int | None = None
     pad: int = 0  # the vectorized axis padded to a multiple of this many elements first (0: not padded)
+    order: str = "rows"  # the tile loops' order (search.rules.schedule_contraction)
 
     @property
     def label(self) -> str:
@@ -117,7 +128,9 @@ class Config:
             return f"{self.strategy}/{self.lanes} lanes"
         return (
             f"{self.strategy}/{self.lanes} lanes/acc {self.acc_vectors}/vec {self.max_vectors}"
-            f"/unroll {self.unroll_step}" + (f"/pad {self.pad}" if self.pad else "")
+            f"/unroll {self.unroll_step}"
+            + (f"/pad {self.pad}" if self.pad else "")
+            + (f"/{self.order}" if self.order != "rows" else "")
         )
 
 
@@ -180,14 +193,17 @@ class KernelSpace:
                         plan = contraction_plan(facts, lanes, maxv, acc)
                     except Skip:
                         continue
-                    for step in UNROLL_STEPS:
+                    for step, order in itertools.product(UNROLL_STEPS, ORDERS):
+                        if order != "rows" and not _reorders(plan):
+                            continue
+                        cache = sname == "tile+cache"
                         cost = contraction_cost(
-                            plan, self.machine, cache=sname == "tile+cache", unroll_step=step
+                            plan, self.machine, cache=cache, unroll_step=step, order=order
                         )
                         # points with the same tile are the same schedule: keep the first
-                        key = (sname, pad, plan.lanes, plan.vt, plan.ut, tuple(plan.gv.members), step)
+                        key = (sname, pad, plan.lanes, plan.vt, plan.ut, tuple(plan.gv.members), step, order)
                         if key not in scored:
-                            scored[key] = (cost, Config(sname, lanes, acc, maxv, step, pad))
+                            scored[key] = (cost, Config(sname, lanes, acc, maxv, step, pad, order))
         ranked = sorted(scored.values(), key=lambda t: t[0])
         tail = max((c for c, _ in ranked), default=0.0)
         return ranked + [(tail + 1 + i, c) for i, c in enumerate(others)]
@@ -212,6 +228,7 @@ class KernelSpace:
                     acc_vectors=cfg.acc_vectors,
                     unroll_step=cfg.unroll_step,
                     pad=cfg.pad,
+                    order=cfg.order,
                 )
             else:
                 fn = dict(strategies(self.facts, cfg.lanes, parallel=self.threads > 1))[cfg.strategy]

@@ -169,6 +169,7 @@ def schedule_contraction(
     acc_vectors: int = ACC_VECTORS,
     unroll_step: int = AUTO_UNROLL_STEP,
     pad: int = 0,
+    order: str = "rows",
 ) -> dict:
     """Conv / depthwise / pointwise / dense / matmul / windowed pool: one reduction block with
     injective producers (padding, casts) and consumers (bias, activation, requantize).
@@ -176,7 +177,10 @@ def schedule_contraction(
     Tile: [outer spatial (fused)] x [reduction] x [unrolled axis] x [vectorized axis]; the unrolled
     and vectorized tiles hold `acc_vectors` vector accumulators (cache_write "local"). `unroll_step`:
     the auto-unroll annotation of the target layer (0: none). `pad`: first pad the vectorized axis to a
-    multiple of this many elements (pad_main)."""
+    multiple of this many elements (pad_main). `order`: of the tile loops, "rows" (the axes' order: the
+    vectorized axis's tiles innermost, so an operand that moves with it -- a GEMM's weight -- is swept whole
+    for every row tile) or "panels" (the vectorized axis's tiles outermost: one panel of that operand serves
+    every row tile while it is in cache)."""
     sch = rec.sch
     fused = None
     with rec.layer("loop"):
@@ -211,8 +215,13 @@ def schedule_contraction(
                 continue
             if tile < g.extent:
                 lo, lp = sch.split(lp, [None, tile])
-                outer.append(lo)
+                if g is gv and order == "panels":
+                    outer.insert(0, lo)
+                else:
+                    outer.append(lo)
             (inner_v if g is gv else inner_u).append(lp)
+        if order == "panels":
+            info["order"] = "panels"
         red = [loops[i] for i in b.reduce]
         sch.reorder(*outer, *red, *inner_u, *inner_v)
         fused = sch.fuse(*outer) if len(outer) > 1 else (outer[0] if outer else None)
