@@ -388,7 +388,7 @@ def test_tuned_decisions_for_another_graph_are_not_offered():
     assert list(leka_offers(spec, 2.0, [KernelChoice("b", "mine", 1)])) == ["b"]  # no graph change: by name
 
 
-def test_a_tuned_graph_change_is_deployed(tmp_path, monkeypatch):
+def test_a_tuned_graph_change_is_deployed(tmp_path, monkeypatch, capsys):
     """LEKA's tuned candidate kept a graph change (here channels last: an acceptance that keeps every correct
     change, so the test does not depend on this machine's timings): the model is deployed on that graph --
     the manifest says so, the convolution's weight is stored re-laid out (HWIO), the kernels are the new
@@ -409,3 +409,7 @@ def test_a_tuned_graph_change_is_deployed(tmp_path, monkeypatch):
     deployed = {k["name"]: k for k in d.manifest["kernels"]}
     assert set(deployed) == names and any(k["source"] == "leka" for k in deployed.values())
     assert d.verification["verified"], d.verification
+    from edgekernelbench.cli.deploy import _print_kernels
+
+    _print_kernels(d.manifest)
+    assert "graph: ConvertLayout" in capsys.readouterr().out

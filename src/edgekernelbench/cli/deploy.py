@@ -141,6 +141,10 @@ def _print_kernels(manifest: dict) -> None:
         rec = f"{k['recorded_speedup']:.2f}x" if k["recorded_speedup"] else "-"
         t.add_row(Text(k["name"]), str(k["calls"]), k["workload"], Text(src), here, rec)
     console.print(t)
+    graph = (manifest.get("decisions") or {}).get("graph")
+    if graph:
+        names = ", ".join(p.get("name", "?") for p in graph["passes"])
+        console.print(Text(f"graph: {names} (from {graph['source']}); the kernels above are that graph's"))
 
 
 def _print_verification(report: dict, folder) -> None:
