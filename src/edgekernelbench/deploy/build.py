@@ -125,6 +125,18 @@ def backend_of(profile):
     )
 
 
+def graph_reference_of(problem, reference, passes: list[dict]):
+    """The model's reference on the graph its decisions chose (the weights' re-layouts lifted into
+    main_transform_params, so the artifact stores them re-laid out)."""
+    from ..errors import DecisionError
+    from ..search.graph import with_graph
+
+    try:
+        return with_graph(problem, reference, passes)
+    except DecisionError as e:
+        raise DeployError(f"{problem.id}: the graph decisions do not apply: {e.detail}") from None
+
+
 def transformed_weights(reference) -> list[np.ndarray]:
     """main's weight arguments: main_transform_params run once on this host (generic LLVM), or the raw
     weights when there is none."""
@@ -378,21 +390,6 @@ def _safe(name: str) -> str:
 
 
 # ------------------------------------------------------------------------------------------ timing
-def graph_reference_of(problem, reference, passes: list[dict]):
-    """The model's reference with graph-layer passes applied (ir.replay.apply_graph_decisions: weight
-    re-layouts lifted into main_transform_params, so the artifact's weights are stored re-laid out)."""
-    from ..errors import DecisionError
-    from ..ir.replay import apply_graph_decisions
-    from ..reference import Reference
-
-    try:
-        mod = apply_graph_decisions(problem, passes)
-    except DecisionError as e:
-        raise DeployError(f"{problem.id}: the graph decisions do not apply: {e.detail}") from None
-    ref = reference
-    return Reference(ref.problem_id, mod, ref.input_names, ref.param_names, ref.params)
-
-
 def measure_kernels(kernels: list[KernelChoice], default_mod, problem, weights, builder, timing):
     """Each decided kernel, deployed vs tvm-default's version of it, timed here with the harness's protocol
     (same arguments: those of its first call in main). A decision measured slower in every round goes back to

@@ -71,13 +71,20 @@ def _weight_rank(graph, name: str) -> int | None:
 @functools.lru_cache(maxsize=32)
 def graph_reference(problem_id: str, key: str = ""):
     """The reference of `problem_id` with graph `key` applied (the reference itself for "")."""
-    from ..ir.replay import apply_graph_decisions
     from ..problems import get_problem
-    from ..reference import Reference, build_reference
+    from ..reference import build_reference
 
     problem = get_problem(problem_id)
     ref = build_reference(problem)
-    if not key:
-        return ref
-    mod = apply_graph_decisions(problem, graph_passes(key))
-    return Reference(problem_id, mod, ref.input_names, ref.param_names, ref.params)
+    return with_graph(problem, ref, graph_passes(key)) if key else ref
+
+
+def with_graph(problem, reference, passes: list[dict]):
+    """`reference` (the problem's) rebuilt with graph passes (ir.replay.apply_graph_decisions: what depends
+    on weights only is lifted into main_transform_params); raises DecisionError when they do not apply."""
+    from ..ir.replay import apply_graph_decisions
+    from ..reference import Reference
+
+    mod = apply_graph_decisions(problem, passes)
+    ref = reference
+    return Reference(ref.problem_id, mod, ref.input_names, ref.param_names, ref.params)
