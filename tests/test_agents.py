@@ -242,6 +242,52 @@ def test_the_graph_layer_keeps_only_a_correct_and_faster_graph(monkeypatch):
             }
 
 
+def test_starting_points_slower_than_tvm_default_are_dropped(monkeypatch):
+    """_drop_slower_starts with a scripted judge: the start's profile shows kernel "b" 1.5x slower than
+    tvm-default's version of it and "a" faster; the start without "b" is judged (b's decisions gone, a's
+    kept) and kept when it improves; not kept when it does not; nothing is judged when no starting point is
+    slower, or when the slower kernel's decisions came from the kernel database (not a starting point)."""
+    from edgekernelbench.agents import leka
+    from edgekernelbench.records import Result
+
+    trace = [[["GetSBlock", [], [], []]], []]
+    profile = {
+        "kernels": [{"kernel": "a", "median": 1e-6}, {"kernel": "b", "median": 3e-6}],
+        "kernels:tvm-default": [{"kernel": "a", "median": 2e-6}, {"kernel": "b", "median": 2e-6}],
+    }
+    start = Result(problem=TINY, sample=4, backend="host-cpu", correct=True, speedups={"tvm-default": 1.2})
+    start.extra.update(profile)
+
+    class Ep:
+        problem, method = get_problem(TINY), "leka"
+
+        def __init__(self, s):
+            self.s, self.judged, self.steps = s, [], []
+
+        def judge(self, spec, **kw):
+            self.judged.append(spec)
+            return Result(
+                problem=TINY, sample=4, backend="host-cpu", correct=True, speedups={"tvm-default": self.s}
+            )
+
+        def record(self, **kw):
+            self.steps.append(kw)
+
+    state = {"a": {"loop": trace}, "b": {"loop": trace}}
+    ep = Ep(1.5)
+    out = leka._drop_slower_starts(ep, state, ["a", "b"], start, 1.2, [], {})
+    assert out[0] == {"a": {"loop": trace}} and out[1] == 1.5
+    (spec,) = ep.judged
+    assert spec.decisions.scheduled_funcs() == ["a"] and ep.steps[-1]["layer"] == "start"
+    ep = Ep(1.1)  # not better: the start stays
+    assert leka._drop_slower_starts(ep, state, ["a", "b"], start, 1.2, [], {})[:2] == (state, 1.2)
+    assert len(ep.judged) == 1 and not ep.steps
+    for started in (["a"], []):  # b not a starting point (reused), or nothing started
+        ep = Ep(1.5)
+        assert leka._drop_slower_starts(ep, state, started, start, 1.2, [], {})[:2] == (state, 1.2)
+        assert not ep.judged
+
+
 def test_direct_and_flat_with_a_scripted_model(tmp_path):
     run = tmp_path / "run"
     with FakeLLM({TINY: [NO_CODE, TINY_OK]}) as fake:

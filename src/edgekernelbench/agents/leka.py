@@ -3,7 +3,9 @@
 1. Start: every kernel's workload key is looked up in the kernel database for this target; stored
    decisions are replayed before any budget is spent on that kernel; the other kernels start from the
    proposer's starting point (builtin: the rule-based schedule; a model: the reference). One evaluation
-   checks them all; if they no longer apply, LEKA starts from the reference.
+   checks them all; if they no longer apply, LEKA starts from the reference. Starting points that the
+   judge's profile shows slower than tvm-default's version of the kernel (by SLOWER_BY) are dropped, and
+   that start is judged and kept when it improves.
 2. The graph layer (proposers that offer graphs: the builtin one): each graph change (convolutions in
    NHWC with the weights re-laid out once in main_transform_params, fast math; search/graph.py), on top of
    those already kept, its kernels at their stored decisions or the proposer's starting point, is judged
@@ -98,6 +100,7 @@ def run_leka(ep: Episode, proposer) -> None:
         rows = profile_rows(res)
         graph: list = []
         try:
+            state, best, rows = _drop_slower_starts(ep, state, started, res, best, rows, workloads)
             if res.correct and hasattr(proposer, "graphs"):
                 kept = _graph_layer(ep, db, proposer, target, best)
                 if kept is not None:
@@ -179,6 +182,42 @@ def improves(res, best: float) -> bool:
         return False
     ci = res.speedup_ci.get(OBJECTIVE) or [s, s]
     return ci[0] > best
+
+
+SLOWER_BY = 1.1  # a starting point is dropped when its profile is this much slower than tvm-default's
+
+
+def _drop_slower_starts(ep: Episode, state: dict, started: list, res, best: float, rows, workloads):
+    """The start without the kernels whose starting point the judge's profile found slower than
+    tvm-default's version of them (`_slower_than_default`), judged and kept when it improves on the start.
+    Returns (state, best, rows)."""
+    slower = _slower_than_default(res, [k for k in started if k in state])
+    if not slower or best <= 0:
+        return state, best, rows
+    trial = {k: v for k, v in state.items() if k not in slower}
+    res2 = ep.judge(
+        build_spec(ep.problem, trial, ep.method, workloads=workloads),
+        label=f"start without {len(slower)} kernel schedule(s) slower than tvm-default's",
+        accept=lambda r: improves(r, best),
+    )
+    if not improves(res2, best):
+        return state, best, rows
+    ep.record(kind="accept", layer="start", proposal=f"dropped {sorted(slower)}", speedup=score(res2))
+    return trial, score(res2), profile_rows(res2) or rows
+
+
+def _slower_than_default(res, started: list[str]) -> set[str]:
+    """Kernels started at the proposer's starting point whose time per call, in the judge's profile, is
+    SLOWER_BY above tvm-default's version of them (the rules' schedule is not always better)."""
+
+    def per_kernel(rows) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for r in rows or []:
+            out[r["kernel"]] = out.get(r["kernel"], 0.0) + float(r.get("median") or 0.0)
+        return out
+
+    mine, default = per_kernel(res.extra.get("kernels")), per_kernel(res.extra.get("kernels:tvm-default"))
+    return {k for k in started if k in mine and default.get(k, 0.0) > 0 and mine[k] > SLOWER_BY * default[k]}
 
 
 def _starting_points(proposer, ks: dict, state: dict) -> list[str]:
