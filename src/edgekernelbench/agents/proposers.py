@@ -17,7 +17,7 @@ from ..llm.prompts import render_prompt
 from ..search.cost import Machine
 from ..search.graph import graph_alternatives
 from ..search.kernels import KernelInfo, kernel_script
-from ..search.variants import KernelSpace, layer_key, rule_variants
+from ..search.variants import KernelSpace, lanes_options, layer_key
 from .episode import Episode
 from .model import ModelClient, ModelError, ParseError, schedule_code
 
@@ -71,9 +71,19 @@ class BuiltinProposer:
 
     def start(self, kernel: str) -> dict | None:
         """Where the search of a kernel starts: its rule-based schedule (the rules' first strategy that
-        applies at the target's vector width), every layer filled."""
-        vs = rule_variants(self.ep.problem.id, kernel, self.machine.lanes, self.ep.cfg.threads, self.graph)
-        return dict(vs[0].layers) if vs else None
+        applies and builds at the target's vector width, else at a narrower one), every layer filled.
+        Strategies are tried in order and the first that builds is kept (not every variant built first:
+        that compiled a dozen schedules per kernel to use one, ~15 s of an L3 model's wall time)."""
+        from ..search.graph import graph_reference
+        from ..search.rules import build_target, schedule_func
+
+        func = graph_reference(self.ep.problem.id, self.graph).primfuncs()[kernel]
+        target = build_target(self.ep.cfg.threads)
+        for lanes in lanes_options(self.machine.lanes):
+            fs = schedule_func(func, kernel, lanes, parallel=self.ep.cfg.threads > 1, target=target)
+            if fs.traces:
+                return dict(fs.traces)
+        return None
 
     def propose(self, req: LayerRequest) -> Proposal | None:
         tried = self.tried.setdefault((self.graph, req.kernel.name, req.layer), set())
