@@ -147,6 +147,7 @@ class KernelSpace:
         self.problem_id, self.name, self.machine, self.threads = problem_id, name, machine, threads
         self.func = graph_reference(problem_id, graph).primfuncs()[name]
         self._recorded: dict[Config, Variant | None] = {}
+        self._loops: dict[str, tuple] = {}  # a recorded loop layer -> the tile parameters that made it
         self._built: dict[Config, bool] = {}
         try:
             self.facts = analyze(self.func, name)
@@ -240,6 +241,8 @@ class KernelSpace:
         except Exception:  # noqa: BLE001 -- a point where a primitive does not apply is not in the space
             out = None
         self._recorded[cfg] = out
+        if out is not None and "loop" in out.layers:
+            self._loops.setdefault(json.dumps(out.layers["loop"], sort_keys=True), _tile(cfg))
         return out
 
     def _builds(self, cfg: Config, v: Variant) -> bool:
@@ -259,6 +262,11 @@ class KernelSpace:
                 self._built[cfg] = False
         return self._built[cfg]
 
+    def _tile_of(self, loop) -> tuple | None:
+        """The tile parameters (`_tile`) of the point that recorded this loop layer; None when no recorded
+        point did (a loop layer from elsewhere: every point is looked at)."""
+        return self._loops.get(json.dumps(loop, sort_keys=True)) if loop is not None else None
+
     def estimate(self, label: str) -> float | None:
         """The cost model's estimate of a point (by label)."""
         return next((c for c, cfg in self.ranked if cfg.label == label), None)
@@ -267,7 +275,10 @@ class KernelSpace:
         """Points, cheapest first, that keep the accepted layers before `layer` and change `layer`, that
         build, and whose `layer` decisions are not in `tried` (keys from `layer_key`); each comes with its
         own later layers as a completion. Points that differ only in later layers are offered once."""
+        tile = self._tile_of(accepted.get("loop")) if layer != "loop" else None
         for _, cfg in self.ranked:
+            if tile is not None and _tile(cfg) != tile:
+                continue  # another tile: another loop layer than the accepted one (not recorded to see it)
             v = self._record(cfg)
             if v is None or layer not in v.layers or layer_key(v, layer) in tried:
                 continue
@@ -275,6 +286,13 @@ class KernelSpace:
                 continue
             if self._builds(cfg, v):
                 yield v
+
+
+def _tile(cfg: Config) -> tuple:
+    """What decides a point's loop layer besides its strategy: points that differ only in these share no
+    loop layer (the strategy decides whether the accumulators are cached, the unroll step only the target
+    layer)."""
+    return (cfg.lanes, cfg.acc_vectors, cfg.max_vectors, cfg.pad, cfg.order)
 
 
 def layer_key(v: Variant, layer: str) -> str:
