@@ -5,22 +5,34 @@ import numpy as np
 from edgekernelbench.problems import Problem, register
 
 
+def _fixture(pid: str, domain: str, category: str, source: str, graph, **kw) -> None:
+    """Registers a level-1 test problem (tagged "test")."""
+    register(
+        Problem(
+            id=pid,
+            level=1,
+            domain=domain,
+            category=category,
+            source=source,
+            graph=graph,
+            tags=("test",),
+            **kw,
+        )
+    )
+
+
 def _scale_add(g):
     x = g.input("x", (4, 8))
     y = g.node("Mul", [x, g.weight((8,), scale=1.0)])
     g.output(g.node("Add", [y, g.bias(8, scale=0.5)]))
 
 
-register(
-    Problem(
-        id="L1/tiny_scale_add",
-        level=1,
-        domain="sensors",
-        category="elementwise",
-        source="test fixture: y = x * w + b on 4x8",
-        graph=_scale_add,
-        tags=("test",),
-    )
+_fixture(
+    "L1/tiny_scale_add",
+    "sensors",
+    "elementwise",
+    "test fixture: y = x * w + b on 4x8",
+    _scale_add,
 )
 
 
@@ -42,18 +54,14 @@ def _matmulint_saturating(g):
     g.output(g.node("MatMulInteger", [a, w, g.const(0, "uint8"), g.const(0, "int8")]))
 
 
-register(
-    Problem(
-        id="L1/tiny_matmulint_saturating",
-        level=1,
-        domain="sensors",
-        category="int8",
-        source="test fixture: uint8 (4x32, near 255) @ int8 (32x8, near +-127) -> int32, MatMulInteger",
-        graph=_matmulint_saturating,
-        atol=0.0,
-        rtol=0.0,
-        tags=("test",),
-    )
+_fixture(
+    "L1/tiny_matmulint_saturating",
+    "sensors",
+    "int8",
+    "test fixture: uint8 (4x32, near 255) @ int8 (32x8, near +-127) -> int32, MatMulInteger",
+    _matmulint_saturating,
+    atol=0.0,
+    rtol=0.0,
 )
 
 
@@ -62,16 +70,12 @@ def _matmul_128(g):
     g.output(g.node("MatMul", [x, g.weight((128, 128))]))
 
 
-register(
-    Problem(
-        id="L1/tiny_matmul_128",
-        level=1,
-        domain="nlp",
-        category="matmul",
-        source="test fixture: x (128x128) @ w (128x128), large enough that skipped work shows in its time",
-        graph=_matmul_128,
-        tags=("test",),
-    )
+_fixture(
+    "L1/tiny_matmul_128",
+    "nlp",
+    "matmul",
+    "test fixture: x (128x128) @ w (128x128), large enough that skipped work shows in its time",
+    _matmul_128,
 )
 
 
@@ -81,16 +85,12 @@ def _conv3x3_relu(g):
     g.output(g.node("Relu", [y]))
 
 
-register(
-    Problem(
-        id="L1/tiny_conv3x3",
-        level=1,
-        domain="vision",
-        category="conv2d",
-        source="test fixture: conv 3x3 'same' 8->16ch on 10x10, + ReLU (a graph layer: NCHW or NHWC)",
-        graph=_conv3x3_relu,
-        tags=("test",),
-    )
+_fixture(
+    "L1/tiny_conv3x3",
+    "vision",
+    "conv2d",
+    "test fixture: conv 3x3 'same' 8->16ch on 10x10, + ReLU (a graph layer: NCHW or NHWC)",
+    _conv3x3_relu,
 )
 
 
@@ -99,15 +99,11 @@ def _matmul_odd(g):
     g.output(g.node("MatMul", [x, g.weight((24, 17))]))
 
 
-register(
-    Problem(
-        id="L1/tiny_matmul_odd",
-        level=1,
-        domain="audio",
-        category="matmul",
-        source="test fixture: x (16x24) @ w (24x17): 17 outputs per row, a prime (as 257 DFT bins): no "
-        "divisor fills a vector",
-        graph=_matmul_odd,
-        tags=("test",),
-    )
+_fixture(
+    "L1/tiny_matmul_odd",
+    "audio",
+    "matmul",
+    "test fixture: x (16x24) @ w (24x17): 17 outputs per row, a prime (as 257 DFT bins): no "
+    "divisor fills a vector",
+    _matmul_odd,
 )

@@ -90,7 +90,7 @@ def contraction_cost(
 
     loads, moving = 0.0, 0
     memory = 0.0  # cycles to bring each tile's operand slices in, from where they live between tiles
-    fastest = _fastest_tile_axes(plan, order)
+    fastest = _fastest_tiles(plan, order)
     for acc in b.reads:
         along_v = any((acc.strides[i] or 0) != 0 for i in v_axes)
         along_u = any((acc.strides[i] or 0) != 0 for i in u_axes)
@@ -105,11 +105,9 @@ def contraction_cost(
         sliced = (vt if along_v else 1) * (ut if along_u else 1) * red * elem
         # the next tile moves along the fastest tile axes: a slice that does not depend on them is the
         # one just used (in L1); one that does cycles through all of them before it comes back
-        moves = [i for i in fastest if _touches(acc, i)]
+        moves = [i for i in (fastest.members if fastest else []) if _touches(acc, i)]
         ws = (
-            sliced * max(1, math.prod(b.extents[i] for i in moves) // _tile_of(plan, fastest))
-            if moves
-            else sliced
+            sliced * max(1, math.prod(b.extents[i] for i in moves) // plan.tile(fastest)) if moves else sliced
         )
         memory += sliced / machine.bandwidth(min(ws, _operand_bytes(b, acc, elem)))
     fmas = nvec * ut
@@ -137,17 +135,10 @@ def _operand_bytes(b, acc, elem: int) -> int:
     return math.prod(b.extents[i] for i in range(len(b.extents)) if _touches(acc, i)) * elem
 
 
-def _fastest_tile_axes(plan, order: str) -> list[int]:
-    """The block axes of the innermost tile loop: the last axis group with tiles of its own ("panels" moves
-    the vectorized axis's tiles outermost)."""
-    tiled = [
-        g for g in plan.groups if (plan.vt if g is plan.gv else plan.ut if g is plan.gu else 1) < g.extent
-    ]
+def _fastest_tiles(plan, order: str):
+    """The axis group of the innermost tile loop (None: one tile): the last group with tiles of its own
+    ("panels" moves the vectorized axis's tiles outermost)."""
+    tiled = plan.tiled()
     if order == "panels" and plan.gv in tiled and len(tiled) > 1:
         tiled.remove(plan.gv)
-    return list(tiled[-1].members) if tiled else []
-
-
-def _tile_of(plan, axes: list[int]) -> int:
-    g = next((g for g in plan.groups if list(g.members) == axes), None)
-    return plan.vt if g is plan.gv else plan.ut if g is plan.gu else 1
+    return tiled[-1] if tiled else None

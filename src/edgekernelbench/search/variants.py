@@ -104,10 +104,8 @@ ORDERS = ("rows", "panels")  # the tile loops' order
 def _reorders(plan) -> bool:
     """Whether "panels" is another loop nest than "rows": the vectorized axis has tiles of its own and
     another axis group with tiles comes before it in "rows"."""
-    if plan.vt >= plan.gv.extent:
-        return False
-    k = plan.groups.index(plan.gv)
-    return any((plan.ut if g is plan.gu else 1) < g.extent for g in plan.groups[:k])
+    tiled = plan.tiled()
+    return plan.gv in tiled and tiled.index(plan.gv) > 0
 
 
 @dataclass(frozen=True)

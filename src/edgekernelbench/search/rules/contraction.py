@@ -68,6 +68,14 @@ class TilePlan:
     def nvec(self) -> int:
         return -(-self.vt // self.lanes)
 
+    def tile(self, g: AxisGroup) -> int:
+        """The elements of axis group `g` inside one tile (the vector tile, the unroll tile, else 1)."""
+        return self.vt if g is self.gv else self.ut if g is self.gu else 1
+
+    def tiled(self) -> list[AxisGroup]:
+        """The axis groups with more than one tile, in the "rows" order of the tile loops."""
+        return [g for g in self.groups if self.tile(g) < g.extent]
+
 
 def contraction_plan(
     facts: FuncFacts, lanes: int, max_vectors: int = MAX_VEC_TILE, acc_vectors: int = ACC_VECTORS
