@@ -79,18 +79,18 @@ _fixture(
 )
 
 
-def _conv3x3_relu(g):
+def _conv3x3_relu6(g):
     x = g.input("x", (1, 8, 10, 10))
     y = g.node("Conv", [x, g.weight((16, 8, 3, 3)), g.bias(16)], kernel_shape=[3, 3], pads=[1, 1, 1, 1])
-    g.output(g.node("Relu", [y]))
+    g.output(g.node("Clip", [y, g.const(0.0), g.const(6.0)]))  # ReLU6: its bounds are 0-d weights
 
 
 _fixture(
     "L1/tiny_conv3x3",
     "vision",
     "conv2d",
-    "test fixture: conv 3x3 'same' 8->16ch on 10x10, + ReLU (a graph layer: NCHW or NHWC)",
-    _conv3x3_relu,
+    "test fixture: conv 3x3 'same' 8->16ch on 10x10, + ReLU6 (a graph layer: NCHW or NHWC)",
+    _conv3x3_relu6,
 )
 
 

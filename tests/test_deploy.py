@@ -413,3 +413,16 @@ def test_a_tuned_graph_change_is_deployed(tmp_path, monkeypatch, capsys):
 
     _print_kernels(d.manifest)
     assert "graph: ConvertLayout" in capsys.readouterr().out
+
+
+def test_weights_made_by_main_transform_params_keep_their_rank():
+    """A 0-d weight (ReLU6's bounds) reaches main_transform_params as a 0-d tensor (numpy's
+    ascontiguousarray made it 1-d, and TVM refused the call: a graph-changed model with a Clip could
+    not be deployed)."""
+    from edgekernelbench.deploy.build import transformed_weights
+    from edgekernelbench.search.graph import NHWC, graph_key, graph_reference
+
+    ref = graph_reference("L1/tiny_conv3x3", graph_key(NHWC))
+    weights = transformed_weights(ref)
+    assert [w.shape for w in weights if w.ndim == 0] == [(), ()]
+    assert (3, 3, 8, 16) in [w.shape for w in weights]  # HWIO

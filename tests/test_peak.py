@@ -17,6 +17,7 @@ from edgekernelbench.backends.peak import (
     bandwidth_plan,
     cache_levels,
     host_cache_levels,
+    peak_contender,
     profile_cache_levels,
 )
 
@@ -257,3 +258,43 @@ def test_a_real_measurement_where_sysfs_lacks_levels(tmp_path, short_calls):
     only_l1 = fake_sysfs(tmp_path / "cache", [(1, "Data", "32K", "0"), (1, "Instruction", "32K", "0")])
     _check(peak.measure_peak(_host_target(), threads=1, mib=4, sysfs=only_l1), ["L1d", DRAM])
     _check(peak.measure_peak(_host_target(), threads=1, mib=4, sysfs=tmp_path / "none"), [DRAM])
+
+
+def _timing(samples):
+    from edgekernelbench.records import Timing
+
+    s = sorted(samples)
+    return Timing(
+        median=s[len(s) // 2], iqr=0.0, min=s[0], max=s[-1], count=len(s), number=1, samples=list(samples)
+    )
+
+
+def test_fraction_of_peak_pairs_each_round_with_the_peak_kernel_of_that_round():
+    from edgekernelbench.harness.timing import fraction_of_peak
+
+    # rounds 3-5 are slowed 2x for both (a neighbour): the pairs cancel it; the kernel does half the peak's
+    # FLOP/s in every round, while the ratio of the medians would say 0.5 * 1/2 ... 2 depending on the mix
+    kernel = _timing([2.0, 2.0, 4.0, 4.0, 4.0, 2.0, 2.0])
+    peak_t = _timing([1.0, 1.0, 2.0, 2.0, 2.0, 1.0, 1.0])
+    frac, lo, hi = fraction_of_peak(kernel, 100.0, peak_t, 100.0)
+    assert frac == lo == hi == pytest.approx(0.5)
+    # twice the FLOPs per call at the same time: twice the fraction
+    assert fraction_of_peak(kernel, 200.0, peak_t, 100.0)[0] == pytest.approx(1.0)
+    # one round where only the kernel was slow moves the median, not the whole figure
+    kernel = _timing([2.0, 2.0, 4.0, 4.0, 8.0, 2.0, 2.0])
+    frac, lo, hi = fraction_of_peak(kernel, 100.0, peak_t, 100.0)
+    assert frac == pytest.approx(0.5) and lo == pytest.approx(0.25) and hi == pytest.approx(0.5)
+
+
+def test_the_peak_kernel_as_a_contender_against_itself_is_at_its_own_peak():
+    from edgekernelbench.harness.timing import TimingConfig, fraction_of_peak, time_interleaved
+    from edgekernelbench.search.rules import build_target
+
+    run, flops = peak_contender(build_target(1))
+    assert flops == 2.0 * peak.CHAINS * 16 * peak.ITERS
+    cfg = TimingConfig(warmup_ms=2, min_repeat_ms=2, rounds=5)
+    t = time_interleaved({"a": run, "b": run}, cfg)
+    frac, lo, hi = fraction_of_peak(t["a"], flops, t["b"], flops)
+    assert lo <= frac <= hi and 0.5 < frac < 2.0  # the same code timed twice: near 1 however loaded
+    with pytest.raises(ValueError, match="this CPU only"):
+        peak_contender({"kind": "cuda", "arch": "sm_87"})

@@ -426,6 +426,32 @@ def measure_peak(
     return _time(k.fma.mod, k.scale.mod, k, threads, dev, target_dict, Peak.source, read)
 
 
+def peak_contender(target, lanes: int = 16):
+    """The FLOP/s micro-kernel of `measure_peak` as a contender of harness.timing's protocol (a callable
+    run(number) -> seconds per call) on this machine's CPU, and its FLOPs per call. Timed in the same
+    interleaved rounds as a kernel, it gives that kernel's fraction of peak under the conditions the
+    kernel ran in (harness.timing.fraction_of_peak), where the recorded peak is a best-of-REPEAT ceiling."""
+    import numpy as np
+    import tvm
+
+    target = tvm.target.Target(target) if isinstance(target, dict) else target  # a JSON dict or a Target
+    if target.kind.name != "llvm":
+        raise ValueError(f"peak_contender times on this CPU only, not on {target.kind.name}")
+    func = _fma_kernel(CHAINS, lanes, ITERS).with_attr("global_symbol", "main")
+    ex = tvm.compile(tvm.IRModule({"main": func}), target)
+    dev = tvm.cpu(0)
+    a = tvm.runtime.tensor(np.ones(CHAINS * lanes, "float32"), dev)
+    x = tvm.runtime.tensor(np.array([0.999, 0.001], "float32"), dev)
+    timers: dict = {}  # number -> time evaluator
+
+    def run(number: int) -> float:
+        if number not in timers:
+            timers[number] = ex.mod.time_evaluator("main", dev, number=number, repeat=1)
+        return float(timers[number](a, x).mean)
+
+    return run, 2.0 * CHAINS * lanes * ITERS
+
+
 def measure_peak_remote(profile, tracker: str, lanes: int = 16, mib: int | None = None) -> tuple[Peak, str]:
     """Measures on a device of the profile's rpc_key behind `tracker`: the kernels are built here for
     the profile's target, exported (cross compiler for a cross target), uploaded and timed there with

@@ -63,7 +63,7 @@ def iobinding_timer(sess, inputs: dict, expected: list):
 
     binding = sess.io_binding()
     for name, arr in inputs.items():
-        binding.bind_cpu_input(name, np.ascontiguousarray(arr))
+        binding.bind_cpu_input(name, np.asarray(arr, order="C"))
     for o, e in zip(sess.get_outputs(), expected, strict=True):
         binding.bind_ortvalue_output(o.name, ort.OrtValue.ortvalue_from_numpy(np.empty_like(e)))
     sess.run_with_iobinding(binding)
@@ -80,7 +80,7 @@ def native_timer(lib: str, model_bytes: bytes, inputs: dict, expected: list, nam
     from .ort_native import NativeORTTimer, NativeTimerError
 
     outs = {n: np.empty_like(e) for n, e in zip(names, expected, strict=True)}
-    feeds = {k: np.ascontiguousarray(v) for k, v in inputs.items()}
+    feeds = {k: np.asarray(v, order="C") for k, v in inputs.items()}
     timer = NativeORTTimer(lib, model_bytes, feeds, outs, threads)
     for pattern in (0xA5, 0x5A):
         for o in outs.values():
@@ -147,7 +147,7 @@ def npz_bytes(arrays: dict) -> bytes:
     import numpy as np
 
     buf = io.BytesIO()
-    np.savez(buf, **{k: np.ascontiguousarray(v) for k, v in arrays.items()})
+    np.savez(buf, **{k: np.asarray(v, order="C") for k, v in arrays.items()})
     return buf.getvalue()
 
 

@@ -126,7 +126,7 @@ class TVMReferenceRunner:
         ordered = (
             [inputs[n] for n in names] if all(n in inputs for n in names) else [inputs[n] for n in specs]
         )
-        args = [tvm.runtime.tensor(np.ascontiguousarray(a), self.dev) for a in ordered]
+        args = [tvm.runtime.tensor(np.asarray(a, order="C"), self.dev) for a in ordered]
         return _flatten(self.vm["main"](*args, *self.weights))
 
 

@@ -147,15 +147,15 @@ def transformed_weights(reference) -> list[np.ndarray]:
     if not reference.params:
         return []
     if "main_transform_params" not in names:
-        return [np.ascontiguousarray(p) for p in reference.params]
+        return [np.asarray(p, order="C") for p in reference.params]
     mod = relax.transform.DeadCodeElimination(["main_transform_params"])(reference.module)
     mod = tvm.IRModule({gv: f for gv, f in mod.functions.items() if gv.name_hint != "main"}, attrs=mod.attrs)
     ex = tvm.compile(mod, tvm.target.Target({"kind": "llvm"}), relax_pipeline="default_build")
     vm = relax.VirtualMachine(ex, tvm.cpu(0))
     out = vm["main_transform_params"](
-        tuple(tvm.runtime.tensor(np.ascontiguousarray(p)) for p in reference.params)
+        tuple(tvm.runtime.tensor(np.asarray(p, order="C")) for p in reference.params)
     )
-    return [np.ascontiguousarray(t.numpy()) for t in out]
+    return [np.asarray(t.numpy(), order="C") for t in out]
 
 
 def tensor_entries(ty) -> list[tuple[list[int], str]]:
@@ -412,7 +412,7 @@ def measure_kernels(kernels: list[KernelChoice], default_mod, problem, weights, 
     base = tvm.compile(primfunc_library(tvm.IRModule({k.name: default_mod[k.name] for k in decided})), target)
     runner = KernelRunner(mine, lib, dev, lambda a: tvm.runtime.tensor(a, dev), check_inputs=False)
     sample = problem.sample_inputs(0)
-    args = [tvm.runtime.tensor(np.ascontiguousarray(sample[s.name]), dev) for s in problem.inputs]
+    args = [tvm.runtime.tensor(np.asarray(sample[s.name], order="C"), dev) for s in problem.inputs]
     args += [tvm.runtime.tensor(w, dev) for w in weights]
     calls: list = []
     runner.run("main", args, calls=calls)

@@ -92,7 +92,7 @@ def model_program(func, n_inputs: int, weight_files: list[str], title: str, thre
 
     def constant(value: np.ndarray) -> int:
         name = f"const{len(constants)}.bin"
-        value = np.ascontiguousarray(value)
+        value = np.asarray(value, order="C")
         constants[name] = value
         return add(CTensor(tuple(value.shape), str(value.dtype), "const", name))
 

@@ -45,7 +45,7 @@ def time_artifact(folder: Path, quick: bool = False, seed: int = 0) -> dict:
     dev = tvm.cpu(0)
     inputs = problem.sample_inputs(seed)
     weights = load_weights(folder, manifest)
-    args = [tvm.runtime.tensor(np.ascontiguousarray(inputs[s["name"]]), dev) for s in manifest["inputs"]]
+    args = [tvm.runtime.tensor(np.asarray(inputs[s["name"]], order="C"), dev) for s in manifest["inputs"]]
     args += [tvm.runtime.tensor(w, dev) for w in weights]
 
     lib = tvm.runtime.load_module(str(folder / manifest["library"]["file"]))

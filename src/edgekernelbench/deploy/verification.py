@@ -186,7 +186,7 @@ def _emulated(folder: Path, manifest: dict, profile, feeds: list[dict]) -> tuple
             ins, outs = [], []
             for s in manifest["inputs"]:
                 path = Path(tmp) / f"in{i}_{len(ins)}.bin"
-                np.ascontiguousarray(f[s["name"]], dtype=s["dtype"]).tofile(path)
+                np.asarray(f[s["name"]], dtype=s["dtype"], order="C").tofile(path)
                 ins.append(str(path))
             outs = [str(Path(tmp) / f"out{i}_{k}.bin") for k in range(len(manifest["outputs"]))]
             cmd = [*emulator, str(binary), str(folder / "weights"), *ins, *outs]

@@ -52,7 +52,7 @@ def send(sock: socket.socket, header: dict, arrays: list[np.ndarray] | None = No
     body = b""
     if arrays is not None:
         buf = io.BytesIO()
-        np.savez(buf, *[np.ascontiguousarray(a) for a in arrays])
+        np.savez(buf, *[np.asarray(a, order="C") for a in arrays])
         body = buf.getvalue()
     sock.sendall(struct.pack("<QQ", len(head), len(body)) + head + body)
 

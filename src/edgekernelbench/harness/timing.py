@@ -126,6 +126,17 @@ def paired_speedup(baseline: Timing, candidate: Timing, confidence: float = CONF
     return float(np.median(ratios)), lo, hi
 
 
+def fraction_of_peak(
+    kernel: Timing, kernel_flops: float, peak: Timing, peak_flops: float
+) -> tuple[float, float, float]:
+    """(fraction, low, high): a kernel's FLOP/s over the peak micro-kernel's, from the same interleaved
+    rounds (records.Timing of each): the median of the per-round ratios and its confidence interval
+    (`paired_speedup`), so a round slowed by a neighbour slows both."""
+    s, lo, hi = paired_speedup(peak, kernel)
+    scale = kernel_flops / peak_flops
+    return s * scale, lo * scale, hi * scale
+
+
 # ------------------------------------------------------------------------------------------ the machine
 DISTURBED_BUSY = 0.25  # other CPUs busy more than this share of the timing: "disturbed"
 

@@ -56,6 +56,7 @@ class BlockFacts:
     is_output: bool = False
     loops_match_iters: bool = True  # the block's loops bind its iter vars one to one, in order
     padded_dims: set[int] = field(default_factory=set)  # padding block: output dims with a bounds check
+    dtype: str = "float32"  # of the buffer it writes (a reduction's accumulator)
 
     @property
     def is_reduction(self) -> bool:
@@ -138,6 +139,8 @@ def analyze_block(sch, brv, alloc_buffers: set) -> BlockFacts:
     )
     is_output = any(w.source.name not in alloc_buffers for w in block.writes)
     facts = BlockFacts(block.name_hint, kinds, extents, write, reads, bits, is_output, match)
+    if len(block.writes) == 1:
+        facts.dtype = str(block.writes[0].source.dtype)
     value = getattr(block.body, "value", None)
     op = getattr(value, "op", None)
     if op is not None and str(getattr(op, "name", "")).endswith("if_then_else") and write.dims:

@@ -1,0 +1,243 @@
+"""Compute-bound kernels against one core's peak FLOP/s, timed side by side.
+
+    .venv/bin/python benchmarks/peak_fraction.py RUN_DIR [--method leka] [--ids L1/a L2/b] [--rounds 25]
+
+For each problem of RUN_DIR (a run of `ekb agent` or benchmarks/leka_vs_metaschedule.py), the method's
+best correct candidate (highest speedup over tvm-default; decisions-only specs, replayed here on the
+problem's reference, never a candidate's own code) is built for this host, its kernels are called once
+through main to get each call's arguments, and every compute-bound kernel call -- operator class conv2d,
+pointwise, matmul or contraction (dense at batch > 4 is "matmul") whose arithmetic intensity puts it under
+the compute roof of the run's peak record -- is timed in the same interleaved rounds as the peak FLOP/s
+micro-kernel (backends/peak.py: the harness's timing protocol, 1 thread). Per kernel it prints:
+
+- "vs ceiling": FLOP/s at the kernel's median over the run's recorded peak, a best-of-7 figure (the
+  roofline column of the reports, a conservative ceiling: on a shared machine a median is slower than a
+  best);
+- "side by side": the median over the rounds of (kernel FLOP/s / peak kernel FLOP/s in the same round),
+  with its 95% confidence interval: what the kernel reaches of the peak under the conditions it ran in.
+
+The issue's bar (compute-bound kernels at >= 60% of one core's peak) is checked on the side-by-side
+figure; both are printed. Kernels that take less than --min-share of their problem's time are left out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from edgekernelbench.backends.peak import peak_contender
+from edgekernelbench.harness.timing import TimingConfig, fraction_of_peak, time_interleaved
+from edgekernelbench.metrics import roofline
+from edgekernelbench.problems import get_problem
+from edgekernelbench.search.rules import analyze, build_target
+from edgekernelbench.store import RunStore
+
+COMPUTE_CLASSES = ("conv2d", "pointwise", "matmul", "contraction")
+BAR = 0.60
+TVM_DEFAULT = "tvm-default"
+
+
+def best_spec(run_dir: Path, store: RunStore, problem_id: str, method: str):
+    """The method's best correct, plausible, decisions-only candidate of a problem (None, why)."""
+    from edgekernelbench.deploy.decisions import _candidate_file, unusable
+    from edgekernelbench.ir.spec import load_candidate
+
+    rows = [
+        r
+        for r in store.results(problems=[problem_id])
+        if r.correct
+        and r.method.endswith(method)
+        and (r.extra.get("plausibility") or {}).get("status") != "implausible"
+    ]
+    if not rows:
+        return None, f"no correct {method} candidate"
+    r = max(rows, key=lambda r: r.speedups.get(TVM_DEFAULT) or 0.0)
+    path = _candidate_file(run_dir, r.problem, r.sample, r.candidate)
+    if path is None:
+        return None, "candidate file not found"
+    spec = load_candidate(path, problem_id)
+    why = unusable(spec)
+    return (None, why) if why else (spec, "")
+
+
+def kernel_calls(problem, spec, target):
+    """[(kernel name, PrimFunc, time evaluator factory, call args)] of main's kernel calls, the candidate's
+    kernels built for `target`, with the weights main_transform_params makes."""
+    import tvm
+
+    from edgekernelbench.backends.host import primfunc_library
+    from edgekernelbench.deploy.artifact import graph_module
+    from edgekernelbench.deploy.build import transformed_weights
+    from edgekernelbench.executor import KernelRunner
+    from edgekernelbench.ir.replay import materialize
+    from edgekernelbench.reference import build_reference
+    from edgekernelbench.search.graph import graph_key, graph_reference
+
+    ref = build_reference(problem)
+    mod = materialize(spec, problem, ref)
+    weights = transformed_weights(graph_reference(problem.id, graph_key(spec.decisions.graph.get("passes"))))
+    main = graph_module(mod)
+    lib = tvm.compile(primfunc_library(main), target)
+    dev = tvm.cpu(0)
+    runner = KernelRunner(main, lib, dev, lambda a: tvm.runtime.tensor(a, dev), check_inputs=False)
+    sample = problem.sample_inputs(0)
+    args = [tvm.runtime.tensor(np.ascontiguousarray(sample[s.name]), dev) for s in problem.inputs]
+    args += [tvm.runtime.tensor(w, dev) for w in weights]
+    calls: list = []
+    runner.run("main", args, calls=calls)
+    return [(name, main[name], lib, call_args) for name, call_args, _ in calls]
+
+
+def _timer(lib, name, call_args):
+    import tvm
+
+    timers: dict = {}
+
+    def run(number: int) -> float:
+        if number not in timers:
+            timers[number] = lib.mod.time_evaluator(name, tvm.cpu(0), number=number, repeat=1)
+        return float(timers[number](*call_args).mean)
+
+    return run
+
+
+def measure(problem, spec, peak: dict, cfg: TimingConfig, min_share: float) -> list[dict]:
+    """One row per compute-bound kernel call of the candidate (see the module docstring)."""
+    from edgekernelbench.reference import kernel_flops
+
+    target = build_target(1)
+    calls = kernel_calls(problem, spec, target)
+    peak_run, peak_flops = peak_contender(target)
+    # each call's share of the candidate's time, from one short interleaved pass over all of them
+    quick = time_interleaved(
+        {f"{i}:{n}": _timer(lib, n, a) for i, (n, _, lib, a) in enumerate(calls)},
+        TimingConfig(warmup_ms=5, min_repeat_ms=2, rounds=3),
+    )
+    total = sum(t.median for t in quick.values()) or 1.0
+    shares: dict[str, float] = {}
+    for i, (name, *_rest) in enumerate(calls):
+        shares[name] = shares.get(name, 0.0) + quick[f"{i}:{name}"].median / total
+    rows, seen = [], set()
+    for name, func, lib, call_args in calls:
+        if name in seen:  # a kernel called several times (same code, other weights): timed once
+            continue
+        seen.add(name)
+        share = shares[name]
+        try:
+            facts = analyze(func, name)
+            op_class = facts.op_class
+        except Exception:  # noqa: BLE001 -- an opaque kernel: not a contraction
+            facts, op_class = None, "opaque"
+        flops = kernel_flops(func)
+        if op_class not in COMPUTE_CLASSES or not flops or share < min_share:
+            continue
+        if facts.block(facts.main).dtype != "float32":
+            continue  # integer (or other) arithmetic: the float32 FMA peak is not its roof
+        nbytes = float(sum(a.numpy().nbytes for a in call_args))
+        out_bytes = float(call_args[-1].numpy().nbytes)
+        times = time_interleaved({"kernel": _timer(lib, name, call_args), "peak": peak_run}, cfg)
+        line = roofline(
+            flops,
+            nbytes,
+            times["kernel"].median,
+            peak["flops"],
+            peak["bandwidth"],
+            peak.get("levels"),
+            out_bytes,
+        )
+        frac, lo, hi = fraction_of_peak(times["kernel"], flops, times["peak"], peak_flops)
+        rows.append(
+            {
+                "problem": problem.id,
+                "kernel": name,
+                "class": op_class,
+                "share": share,
+                "mflop": flops / 1e6,
+                "intensity": line.intensity,
+                "bound": line.bound,
+                "gflops": flops / times["kernel"].median / 1e9,
+                "vs_ceiling": flops / times["kernel"].median / peak["flops"],
+                "side_by_side": frac,
+                "ci": (lo, hi),
+                "peak_gflops": peak_flops / times["peak"].median / 1e9,
+            }
+        )
+    return rows
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("run_dir", type=Path)
+    ap.add_argument("--method", default="leka", help="agent method whose candidates are measured")
+    ap.add_argument("--ids", nargs="*", help="problem ids (default: every problem in the run)")
+    ap.add_argument("--rounds", type=int, default=25)
+    ap.add_argument("--min-share", type=float, default=0.05, help="skip kernels below this share of time")
+    args = ap.parse_args(argv)
+    if not (args.run_dir / "results.db").is_file():
+        print(f"{args.run_dir}: no run store (results.db) there", file=sys.stderr)
+        return 2
+    cfg = TimingConfig(rounds=args.rounds)
+    with RunStore(args.run_dir) as store:
+        peak = store.get_meta("peak:host-cpu:1")
+        if not peak:
+            print(f"{args.run_dir}: no peak record (peak:host-cpu:1) in the run", file=sys.stderr)
+            return 2
+        ids = args.ids or sorted({r.problem for r in store.results()})
+        specs = {pid: best_spec(args.run_dir, store, pid, args.method) for pid in ids}
+    t0 = time.perf_counter()
+    rows, skipped = [], []
+    for pid in ids:
+        spec, why = specs[pid]
+        if spec is None:
+            skipped.append(f"{pid}: {why}")
+            continue
+        rows += [
+            r for r in measure(get_problem(pid), spec, peak, cfg, args.min_share) if r["bound"] == "compute"
+        ]
+    from edgekernelbench.tvm_env import host_cpu_name
+
+    print(
+        f"Compute-bound kernels vs one core's peak, {time.strftime('%Y-%m-%d')}, {_cpu_model()} "
+        f"({host_cpu_name()}), 1 thread, {args.method}'s best candidates of {args.run_dir}, "
+        f"{args.rounds} interleaved rounds; recorded peak (ceiling) {peak['flops'] / 1e9:.1f} GFLOP/s\n"
+    )
+    print(
+        "| problem | kernel | class | share | MFLOP | FLOP/B | GFLOP/s | vs ceiling | side by side [95% CI] |"
+    )
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        lo, hi = r["ci"]
+        print(
+            f"| {r['problem']} | {r['kernel']} | {r['class']} | {r['share']:.0%} | {r['mflop']:.2f} | "
+            f"{r['intensity']:.1f} | {r['gflops']:.1f} | {r['vs_ceiling']:.0%} | "
+            f"{r['side_by_side']:.0%} [{lo:.0%}, {hi:.0%}] |"
+        )
+    if rows:
+        met = [r for r in rows if r["side_by_side"] >= BAR]
+        print(
+            f"\n{len(met)} of {len(rows)} compute-bound kernels at >= {BAR:.0%} of the peak side by side "
+            f"(median {statistics.median(r['side_by_side'] for r in rows):.0%}); vs the ceiling: "
+            f"{sum(r['vs_ceiling'] >= BAR for r in rows)} of {len(rows)} "
+            f"(median {statistics.median(r['vs_ceiling'] for r in rows):.0%}); the peak kernel ran at "
+            f"{statistics.median(r['peak_gflops'] for r in rows):.1f} GFLOP/s (median) beside them"
+        )
+    for s in skipped:
+        print(f"skipped {s}")
+    print(f"({time.perf_counter() - t0:.0f} s)")
+    return 0
+
+
+def _cpu_model() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return "unknown CPU"
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
