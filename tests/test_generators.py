@@ -137,3 +137,29 @@ def test_epilogue_with_two_consumers_still_builds():
     fs = rules.schedule_func(funcs[name], name, 16, target=rules.build_target())
     assert fs.strategy == "tile+cache", fs.failures
     assert "T_add1" not in fs.info["epilogue_inlined"]
+
+
+def test_a_layout_copy_that_gathers_is_tiled_and_stays_exact():
+    """The NHWC -> NCHW copy at a channels-last graph's exit (here fused with ReLU6): its output's
+    innermost axis reads one element per input row (stride C). The rules tile it (the input's contiguous
+    axis x the output's, the latter a vector) instead of leaving it to LLVM as a scalar loop; it stays
+    exact."""
+    import numpy as np
+    import tvm
+
+    from edgekernelbench.ir.replay import LayerRecorder
+    from edgekernelbench.search.graph import NHWC, graph_key, graph_reference
+
+    name = "fused_transpose1_maximum_minimum"
+    func = graph_reference("L1/tiny_conv3x3", graph_key(NHWC)).primfuncs()[name]
+    fs = rules.schedule_func(func, name, 16, target=rules.build_target())
+    assert fs.strategy == "vectorize", fs.failures
+    assert [v.get("transpose_tile") for v in fs.info.values() if isinstance(v, dict)] == [[16, 10]], fs.info
+    rec = LayerRecorder(func)
+    rules.schedule_injective(rec, rules.analyze(func, name), 16)
+    lib = tvm.compile(tvm.IRModule({"main": rec.sch.mod["main"].with_attr("global_symbol", "main")}))
+    x = np.random.default_rng(0).uniform(-2, 8, (1, 10, 10, 16)).astype("float32")
+    lo, hi = (tvm.runtime.tensor(np.array(v, "float32")) for v in (0.0, 6.0))
+    out = tvm.runtime.tensor(np.zeros((1, 16, 10, 10), "float32"))
+    lib["main"](tvm.runtime.tensor(x), lo, hi, out)
+    assert np.array_equal(out.numpy(), np.clip(x.transpose(0, 3, 1, 2), 0.0, 6.0))
