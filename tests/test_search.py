@@ -41,6 +41,18 @@ def test_register_reuse_beats_a_one_vector_tile():
     assert contraction_cost(plan(b, 16, 32, 4), AVX512) < contraction_cost(plan(b, 16, 16, 1), AVX512)
 
 
+def test_a_broadcast_per_fma_costs_more_than_two_vectors_per_row():
+    """Measured on the 96 x 400 DFT matmul of logmel_frontend_yamnet (257 bins, padded): 1 vector x 24 rows
+    over 272 columns ran 25-33% slower than 2 vectors x 12 rows over 288, though the latter does 6% more
+    FMAs; the model ranks them that way (with a load rate of 2 per cycle it had them equal)."""
+    one_vector = contraction_cost(plan(matmul_block(96, 400, 272), 16, 16, 24), AVX512)
+    two_vectors = contraction_cost(plan(matmul_block(96, 400, 288), 16, 32, 12), AVX512)
+    assert two_vectors * 1.15 < one_vector
+    # 8 accumulators are one FMA chain each with no slack for the latency: 16 do better per FMA
+    b = matmul_block()
+    assert contraction_cost(plan(b, 16, 32, 8), AVX512) < contraction_cost(plan(b, 16, 32, 4), AVX512)
+
+
 def test_gathers_and_no_accumulator_cache_cost_more():
     contiguous = contraction_cost(plan(matmul_block(), 16, 32, 4), AVX512)
     gathered = contraction_cost(plan(matmul_block(b_stride_j=7), 16, 32, 4), AVX512)

@@ -5,7 +5,7 @@ For a contraction (conv, pointwise, depthwise, dense, matmul, pool) scheduled as
 ([outer spatial] x [reduction] x [unroll tile ut] x [vector tile vt], search.rules.contraction_plan),
 one step of the reduction inside a tile costs
 
-    max(FMAs / FMA issue rate, loads / load issue rate) + spills
+    max(FMAs / FMA issue rate, loads / load issue rate, FMA latency + 1 when few accumulators) + spills
 
 where FMAs = nvec * ut vector FMAs (nvec = vt / lanes, rounded up: a partial vector costs a whole one),
 loads = nvec vector loads per read that moves with the vector axis, one broadcast per unrolled row for a
@@ -38,7 +38,11 @@ class Machine:
     lanes: int  # float32 lanes of the widest vector
     vector_regs: int  # architectural vector registers
     fma_per_cycle: float = 2.0
-    loads_per_cycle: float = 2.0
+    # sustained beside the FMAs, not the ports' peak: on a 2-load-port AVX-512 core, a tile with one
+    # broadcast per FMA (1 vector x 16-24 rows) measured 25-33% slower than one with 10 loads per 16 FMAs
+    # (2 vectors x 8 rows), which a rate of 2 ranked equal
+    loads_per_cycle: float = 1.5
+    fma_latency: int = 4  # cycles: a step takes at least this (+1) when each accumulator is one FMA chain
     l1_bytes: int = 32 * 1024
     l2_bytes: int = 1024 * 1024
     l3_bytes: int = 16 * 1024 * 1024
@@ -117,6 +121,9 @@ def contraction_cost(
         loads += fmas
         spills += fmas
     step = max(fmas / machine.fma_per_cycle, (loads + spills) / machine.loads_per_cycle)
+    if fmas < machine.fma_latency * machine.fma_per_cycle * 2:
+        # too few accumulators to hide the FMA latency with room to spare: each step waits on its chains
+        step = max(step, machine.fma_latency + 1.0)
     # per tile: accumulators initialised and written back; loop overhead per reduction step, larger
     # when the short inner loops are not unrolled
     per_step_overhead = UNROLL_OVERHEAD.get(unroll_step, 0.5)
