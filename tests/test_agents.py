@@ -415,6 +415,7 @@ def test_offline_agents_through_the_cli_and_eval_reproduces_them(tmp_path):
         first = {(r.problem, r.sample): r.correct for r in s.results()}
         for rec in s.agent_runs().values():
             assert rec["usage"]["evals"] <= 2 and rec["usage"]["calls"] == 0
+        assert s.get_meta("agent_config")["timing"]["rounds"] == 9  # --quick: the search's short protocol
     # `ekb eval` of the same candidate files, in a fresh run directory, gives the same verdicts
     fresh = tmp_path / "fresh"
     shutil.copytree(run / "candidates", fresh / "candidates")

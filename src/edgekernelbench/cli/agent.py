@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..errors import EKBError
-from .common import _profiles, _timing, console
+from .common import _profiles, console
 
 
 @click.command("agent")
@@ -51,7 +51,9 @@ from .common import _profiles, _timing, console
     default=None,
     help="MetaSchedule: measured trials per problem [default: --budget].",
 )
-@click.option("--quick", is_flag=True, help="Short timing protocol.")
+@click.option(
+    "--quick", is_flag=True, help="Short timing protocol for the search's judgments (9 rounds of 10 ms)."
+)
 @click.option(
     "--agent-cmd",
     default=None,
@@ -90,6 +92,7 @@ def agent_cmd(
     from ..agents.budget import Budget
     from ..agents.episode import AgentConfig
     from ..agents.run import METHODS, run_agents
+    from ..harness.timing import TimingConfig
     from ..problems import select
     from ..runs import backend_peak
     from ..store import RunStore
@@ -112,7 +115,7 @@ def agent_cmd(
         threads=threads,
         trials=check_trials,
         tune_trials=tune_trials,
-        timing=_timing(quick),
+        timing=TimingConfig.search() if quick else TimingConfig(),
         peak=peak,
         budget=Budget(calls=budget, evals=budget, wall_s=wall),
         model=model,
