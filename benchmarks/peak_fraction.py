@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edgekernelbench.backends.host import evaluator_timer
 from edgekernelbench.backends.peak import peak_contender
 from edgekernelbench.harness.timing import TimingConfig, fraction_of_peak, time_interleaved
 from edgekernelbench.metrics import roofline
@@ -93,29 +94,19 @@ def kernel_calls(problem, spec, target):
     return [(name, main[name], lib, call_args) for name, call_args, _ in calls]
 
 
-def _timer(lib, name, call_args):
-    import tvm
-
-    timers: dict = {}
-
-    def run(number: int) -> float:
-        if number not in timers:
-            timers[number] = lib.mod.time_evaluator(name, tvm.cpu(0), number=number, repeat=1)
-        return float(timers[number](*call_args).mean)
-
-    return run
-
-
 def measure(problem, spec, peak: dict, cfg: TimingConfig, min_share: float) -> list[dict]:
     """One row per compute-bound kernel call of the candidate (see the module docstring)."""
+    import tvm
+
     from edgekernelbench.reference import kernel_flops
 
+    dev = tvm.cpu(0)
     target = build_target(1)
     calls = kernel_calls(problem, spec, target)
     peak_run, peak_flops = peak_contender(target)
     # each call's share of the candidate's time, from one short interleaved pass over all of them
     quick = time_interleaved(
-        {f"{i}:{n}": _timer(lib, n, a) for i, (n, _, lib, a) in enumerate(calls)},
+        {f"{i}:{n}": evaluator_timer(lib.mod, n, dev, a) for i, (n, _, lib, a) in enumerate(calls)},
         TimingConfig(warmup_ms=5, min_repeat_ms=2, rounds=3),
     )
     total = sum(t.median for t in quick.values()) or 1.0
@@ -140,7 +131,9 @@ def measure(problem, spec, peak: dict, cfg: TimingConfig, min_share: float) -> l
             continue  # integer (or other) arithmetic: the float32 FMA peak is not its roof
         nbytes = float(sum(a.numpy().nbytes for a in call_args))
         out_bytes = float(call_args[-1].numpy().nbytes)
-        times = time_interleaved({"kernel": _timer(lib, name, call_args), "peak": peak_run}, cfg)
+        times = time_interleaved(
+            {"kernel": evaluator_timer(lib.mod, name, dev, call_args), "peak": peak_run}, cfg
+        )
         line = roofline(
             flops,
             nbytes,

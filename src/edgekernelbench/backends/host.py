@@ -8,6 +8,16 @@ from ..tvm_env import host_cpu_name
 from .base import Backend, BackendProfile, Built, Loaded, Session
 
 
+def evaluator_timer(module, fname: str, device, args: list):
+    """run(number) -> seconds per call over `number` back-to-back calls of `fname` in a runtime module
+    (TVM's time_evaluator: a C loop): the contender form harness.timing takes."""
+
+    def run(number: int) -> float:
+        return float(module.time_evaluator(fname, device, number=number, repeat=1)(*args).mean)
+
+    return run
+
+
 def primfunc_library(mod):
     """An IRModule of just the PrimFuncs, each exported under its own name."""
     import tvm
@@ -84,11 +94,7 @@ class LocalLoaded(Loaded):
         return run
 
     def kernel_timer(self, kernel, args):
-        def run(number: int) -> float:
-            f = self.kernels.mod.time_evaluator(kernel, self.device, number=number, repeat=1)
-            return float(f(*args).mean)
-
-        return run
+        return evaluator_timer(self.kernels.mod, kernel, self.device, args)
 
     def poisoned_kernel_time(self, kernel, args, n_out, repeats):
         import numpy as np

@@ -434,6 +434,8 @@ def peak_contender(target, lanes: int = 16):
     import numpy as np
     import tvm
 
+    from .host import evaluator_timer
+
     target = tvm.target.Target(target) if isinstance(target, dict) else target  # a JSON dict or a Target
     if target.kind.name != "llvm":
         raise ValueError(f"peak_contender times on this CPU only, not on {target.kind.name}")
@@ -442,14 +444,7 @@ def peak_contender(target, lanes: int = 16):
     dev = tvm.cpu(0)
     a = tvm.runtime.tensor(np.ones(CHAINS * lanes, "float32"), dev)
     x = tvm.runtime.tensor(np.array([0.999, 0.001], "float32"), dev)
-    timers: dict = {}  # number -> time evaluator
-
-    def run(number: int) -> float:
-        if number not in timers:
-            timers[number] = ex.mod.time_evaluator("main", dev, number=number, repeat=1)
-        return float(timers[number](a, x).mean)
-
-    return run, 2.0 * CHAINS * lanes * ITERS
+    return evaluator_timer(ex.mod, "main", dev, [a, x]), 2.0 * CHAINS * lanes * ITERS
 
 
 def measure_peak_remote(profile, tracker: str, lanes: int = 16, mib: int | None = None) -> tuple[Peak, str]:

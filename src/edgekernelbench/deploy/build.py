@@ -396,7 +396,7 @@ def measure_kernels(kernels: list[KernelChoice], default_mod, problem, weights, 
     tvm-default, recorded."""
     import tvm
 
-    from ..backends.host import primfunc_library
+    from ..backends.host import evaluator_timer, primfunc_library
     from ..executor import KernelRunner
     from ..harness.timing import paired_speedup, time_interleaved
 
@@ -420,15 +420,12 @@ def measure_kernels(kernels: list[KernelChoice], default_mod, problem, weights, 
     for name, call_args, _ in calls:
         first.setdefault(name, call_args)
 
-    def timer(exe, name, call_args):
-        def run(number: int) -> float:
-            return float(exe.mod.time_evaluator(name, dev, number=number, repeat=1)(*call_args).mean)
-
-        return run
-
     for k in decided:
         t = time_interleaved(
-            {"deployed": timer(lib, k.name, first[k.name]), TVM_DEFAULT: timer(base, k.name, first[k.name])},
+            {
+                "deployed": evaluator_timer(lib.mod, k.name, dev, first[k.name]),
+                TVM_DEFAULT: evaluator_timer(base.mod, k.name, dev, first[k.name]),
+            },
             timing,
         )
         s, lo, hi = paired_speedup(t[TVM_DEFAULT], t["deployed"])
