@@ -87,6 +87,9 @@ def test_the_kernel_space_is_ranked_and_offers_distinct_layers():
     space = KernelSpace(pid, k.name, Machine(lanes=8, vector_regs=16))
     costs = [c for c, _ in space.ranked]
     assert len(costs) > 10 and costs == sorted(costs)
+    # the other rules strategies (rows, ...) come last, in the rules' order, with no estimate to print
+    others = [cfg for _, cfg in space.ranked if cfg.acc_vectors is None]
+    assert others and all(space.estimate(cfg.label) is None for cfg in others)
     tried: set[str] = set()
     loops = []
     for _ in range(3):

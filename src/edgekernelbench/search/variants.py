@@ -266,8 +266,9 @@ class KernelSpace:
         return self._loops.get(json.dumps(loop, sort_keys=True)) if loop is not None else None
 
     def estimate(self, label: str) -> float | None:
-        """The cost model's estimate of a point (by label)."""
-        return next((c for c, cfg in self.ranked if cfg.label == label), None)
+        """The cost model's estimate of a point (by label); None for a point it does not model (the other
+        rules strategies: ranked after the modelled ones, in the rules' order, with no estimate)."""
+        return next((c for c, cfg in self.ranked if cfg.label == label and cfg.acc_vectors is not None), None)
 
     def alternatives(self, layer: str, accepted: dict, tried: set[str]):
         """Points, cheapest first, that keep the accepted layers before `layer` and change `layer`, that
