@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from stability import cpu_model  # benchmarks/stability.py, beside this script
 
 from edgekernelbench.backends.host import evaluator_timer
 from edgekernelbench.backends.peak import peak_contender
@@ -195,7 +196,7 @@ def main(argv: list[str]) -> int:
     from edgekernelbench.tvm_env import host_cpu_name
 
     print(
-        f"Compute-bound kernels vs one core's peak, {time.strftime('%Y-%m-%d')}, {_cpu_model()} "
+        f"Compute-bound kernels vs one core's peak, {time.strftime('%Y-%m-%d')}, {cpu_model()} "
         f"({host_cpu_name()}), 1 thread, {args.method}'s best candidates of {args.run_dir}, "
         f"{args.rounds} interleaved rounds; recorded peak (ceiling) {peak['flops'] / 1e9:.1f} GFLOP/s\n"
     )
@@ -223,13 +224,6 @@ def main(argv: list[str]) -> int:
         print(f"skipped {s}")
     print(f"({time.perf_counter() - t0:.0f} s)")
     return 0
-
-
-def _cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown CPU"
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .analysis import BlockFacts, FuncFacts, _as_int, _single, analyze_block, axis_groups, vec_tile
+from .analysis import BlockFacts, FuncFacts, _as_int, _divisors, _single, analyze_block, axis_groups, vec_tile
 
 # Tuning constants of the rules (float32 vectors of `lanes` elements).
 ACC_VECTORS = 8  # vector accumulators in a register tile (of 16/32 vector registers)
@@ -146,7 +146,7 @@ def _tile_transpose(sch, loops, bf: BlockFacts, lanes: int) -> dict:
         return {"vector": None}
     a = contiguous[0]
     tw = vec_tile(bf.extents[w], lanes, 1)
-    ta = max(d for d in range(1, min(TRANSPOSE_TILE, bf.extents[a]) + 1) if bf.extents[a] % d == 0)
+    ta = max(d for d in _divisors(bf.extents[a]) if d <= TRANSPOSE_TILE)
     if tw < 2:
         return {"vector": None}
     wo, wi = sch.split(loops[w], [None, tw]) if tw < bf.extents[w] else (None, loops[w])
