@@ -205,8 +205,10 @@ def test_the_page_holds_what_the_run_holds(runs, page):
     run = load_run(runs[0])
     leka = next(r for r in run.results if r.method == "agent:leka")
     spec = json.loads(Path(runs[0], "candidates", TINY, f"sample{leka.sample}.json").read_text())
-    kernel = next(iter(spec["decisions"]["loop"]))
-    assert f'"{kernel}"' in text.replace("&#34;", '"')
+    # (with a budget of 2 on a noisy machine, LEKA may keep no decision at all: every layer then shows empty)
+    shown = text.replace("&#34;", '"')
+    for layer, entries in spec["decisions"].items():
+        assert f'"{layer}"' in shown and all(f'"{name}"' in shown for name in entries)
 
 
 def test_fast_curve_steps_are_fast_at_p(runs):
