@@ -1,5 +1,6 @@
 """The harness judges candidates: a correct one passes; each kind of bad one fails with the right reason."""
 
+import numpy as np
 import pytest
 
 from edgekernelbench.harness.api import evaluate
@@ -219,3 +220,27 @@ def test_a_worker_dies_with_the_process_that_started_it(tmp_path):
             parent.kill()
         if worker is not None and worker.is_running():
             worker.kill()  # when the test fails: no orphan left hanging
+
+
+def test_the_host_backend_compiles_the_kernels_once():
+    """The kernels the judge runs one by one are looked up in the library the graph's VM runs (one build,
+    one code generation); a remote device's builder still makes the kernel library of its own it ships."""
+    from edgekernelbench.backends.host import LocalBackend
+    from edgekernelbench.backends.registry import as_profile
+    from edgekernelbench.backends.rpc import RPCBackend
+    from edgekernelbench.harness.runner import Runner
+    from edgekernelbench.problems import get_problem
+    from edgekernelbench.reference import build_reference
+
+    problem = get_problem("L1/tiny_scale_add")
+    ref = build_reference(problem)
+    backend = LocalBackend(as_profile("host-cpu", 1))
+    built = backend.build(ref.module)
+    assert built.kernels.mod.kind == "llvm" and built.kernels.mod.same_as(built.graph.mod.imports[0])
+    runner = Runner(ref.module, built, backend.session(), ref)
+    inputs = problem.sample_inputs(0)
+    assert all(
+        np.array_equal(a, b) for a, b in zip(runner.run_kernels(inputs), runner.run_vm(inputs), strict=True)
+    )
+    remote = RPCBackend(as_profile("host-cpu", 1), tracker="127.0.0.1:1")._builder.build(ref.module)
+    assert not remote.kernels.mod.same_as(remote.graph.mod.imports[0])  # its own library, its own file

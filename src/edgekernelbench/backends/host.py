@@ -31,8 +31,36 @@ def primfunc_library(mod):
     )
 
 
+class KernelLibrary:
+    """The kernels of a built graph, looked up by name in the library its VM runs: the same machine code
+    the graph runs, compiled once (a second build of the PrimFuncs alone cost as much again, and LLVM's
+    code generation happens at first use, once per library)."""
+
+    def __init__(self, graph):
+        self.mod = _code_library(graph.mod)
+
+    def __getitem__(self, name: str):
+        return self.mod.get_function(name)
+
+
+def _code_library(mod):
+    """The module under a VM executable's that holds the compiled PrimFuncs (LLVM for the host)."""
+    if mod.kind == "llvm" or not mod.imports:
+        return mod
+    for sub in mod.imports:
+        if sub.kind == "llvm":
+            return sub
+    return mod.imports[0]
+
+
 class LocalBackend(Backend):
-    """Builds with TVM in this process and runs on a local device (host CPU here)."""
+    """Builds with TVM in this process and runs on a local device (host CPU here). `separate_kernels`:
+    also build the PrimFuncs as a library of their own (a remote device loads the kernels from their own
+    file); else the kernels are looked up in the graph's library."""
+
+    def __init__(self, profile: BackendProfile, separate_kernels: bool = False):
+        super().__init__(profile)
+        self.separate_kernels = separate_kernels
 
     def target(self, extra_attrs=None):
         import tvm
@@ -47,7 +75,10 @@ class LocalBackend(Backend):
         target = self.target(extra_attrs)
         t0 = time.perf_counter()
         graph = tvm.compile(mod, target, relax_pipeline="default_build")
-        kernels = tvm.compile(primfunc_library(mod), target)
+        if self.separate_kernels:
+            kernels = tvm.compile(primfunc_library(mod), target)
+        else:
+            kernels = KernelLibrary(graph)
         return Built(graph, kernels, time.perf_counter() - t0)
 
     def session(self) -> Session:

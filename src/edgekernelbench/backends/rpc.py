@@ -306,7 +306,7 @@ class RPCBackend(Backend):
             return GPUBackend(self.profile)
         from .host import LocalBackend  # host and cross CPUs: a TVM runtime module for the target
 
-        return LocalBackend(self.profile)
+        return LocalBackend(self.profile, separate_kernels=True)  # the device loads each library's file
 
     def target(self, extra_attrs=None):
         return self._builder.target(extra_attrs)
