@@ -225,11 +225,12 @@ def _run_job(job: Job, state: dict, module_source=None) -> Result:
         state["proxy"] = proxy
         res.extra["runner"] = "separate process" if proxy else f"in the judge: {why}"
 
-    # Trusted work first, while a builder materializes the candidate: baselines and the oracle.
-    baseline_built = {}
+    # Trusted work first, while a builder materializes the candidate: baselines (built and loaded, ready
+    # to time) and the oracle.
+    baselines = {}
     if job.measure and backend.profile.can_time and "tvm-default" in job.baselines:
         mod = tvm_default_module(reference.module, backend.target())
-        baseline_built["tvm-default"] = (mod, backend.build(mod))
+        baselines["tvm-default"] = Runner(mod, backend.build(mod), session, reference)
     oracle, oracle_error = None, ""
     if backend.profile.can_check:
         try:
@@ -277,7 +278,7 @@ def _run_job(job: Job, state: dict, module_source=None) -> Result:
             res.compiled = True
             return _done(res.failure("runtime_error", "main_transform_params: " + str(e)), t_start)
         res.compiled = True
-        return _judge(job, res, proxy, problem, oracle, session, reference, baseline_built, backend, t_start)
+        return _judge(job, res, proxy, problem, oracle, session, baselines, backend, t_start)
     try:
         built = backend.build(mod, target_attrs)
     except ToolchainMissing as e:  # this machine's fault, not the candidate's
@@ -308,12 +309,12 @@ def _run_job(job: Job, state: dict, module_source=None) -> Result:
     except Exception as e:
         raise_device_failure(session, e)
         return _done(res.failure("runtime_error", "main_transform_params: " + last_line(e)), t_start)
-    return _judge(job, res, runner, problem, oracle, session, reference, baseline_built, backend, t_start)
+    return _judge(job, res, runner, problem, oracle, session, baselines, backend, t_start)
 
 
-def _judge(job, res, runner, problem, oracle, session, reference, baseline_built, backend, t_start) -> Result:
+def _judge(job, res, runner, problem, oracle, session, baseline_runners, backend, t_start) -> Result:
     """Correctness against the oracle, then the timing protocol, for a loaded candidate (`runner`: an
-    in-process Runner, or a RunnerProxy to the candidate's own process)."""
+    in-process Runner, or a RunnerProxy to the candidate's own process) against the loaded baselines."""
     from ..baselines.onnxruntime import ort_contender
 
     res.correctness = check_correctness(runner, problem, oracle, job.trials, job.seed)
@@ -328,9 +329,6 @@ def _judge(job, res, runner, problem, oracle, session, reference, baseline_built
     else:
         inputs = problem.sample_inputs(trial_seed(job.seed, 0))
         contenders = {"candidate": runner.timer(inputs)}
-        baseline_runners = {
-            n: Runner(bmod, bbuilt, session, reference) for n, (bmod, bbuilt) in baseline_built.items()
-        }
         for name, runner_b in baseline_runners.items():
             contenders[name] = runner_b.timer(inputs)
         if "onnxruntime" in job.baselines and backend.profile.kind == "gpu":
