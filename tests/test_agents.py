@@ -242,6 +242,50 @@ def test_the_graph_layer_keeps_only_a_correct_and_faster_graph(monkeypatch):
             }
 
 
+def test_the_target_layer_keeps_fast_math_only_when_correct_and_faster():
+    """_target_layer with a scripted judge: the whole-module target decision (LLVM's fast-math flags) is
+    judged on top of the kept graph and decisions; kept (into the module-wide decisions every later
+    candidate carries) only when correct and faster by MIN_GAIN. The builtin proposer offers it on an LLVM
+    target only."""
+    from edgekernelbench.agents import leka
+    from edgekernelbench.backends.registry import as_profile
+    from edgekernelbench.records import Result
+    from edgekernelbench.search.graph import FAST_MATH_FLAGS, NHWC, target_alternatives
+
+    class Proposer:
+        def target_options(self):
+            return target_alternatives("host-cpu")
+
+    class Ep:
+        problem, method = get_problem(TINY), "leka"
+
+        def __init__(self, verdict):
+            self.verdict, self.judged, self.steps = verdict, [], []
+
+        def judge(self, spec, **kw):
+            self.judged.append(spec)
+            correct, s = self.verdict
+            return Result(
+                problem=TINY, sample=4, backend="host-cpu", correct=correct, speedups={"tvm-default": s}
+            )
+
+        def record(self, **kw):
+            self.steps.append(kw)
+
+    trace = [[["GetSBlock", [], [], []]], []]
+    for verdict, kept in (((False, 0.0), False), ((True, 1.01), False), ((True, 1.5), True)):
+        ep, whole = Ep(verdict), leka.Whole(list(NHWC))
+        best, rows = leka._target_layer(ep, Proposer(), {"k": {"loop": trace}}, {"k": "w"}, whole, 1.0, ["r"])
+        (spec,) = ep.judged
+        assert spec.decisions.target_attrs == FAST_MATH_FLAGS and spec.decisions.graph["passes"] == NHWC
+        assert spec.decisions.loop == {"k": trace}
+        assert whole.target_attrs == (FAST_MATH_FLAGS if kept else {}) and best == (1.5 if kept else 1.0)
+        assert [s["kind"] for s in ep.steps] == (["accept"] if kept else [])
+        later = leka.build_spec(ep.problem, {"k": {"loop": trace}}, "leka", whole=whole)
+        assert later.decisions.target_attrs == whole.target_attrs
+    assert target_alternatives("host-cpu") and not target_alternatives(as_profile("jetson-orin-nano"))
+
+
 def test_starting_points_slower_than_tvm_default_are_dropped(monkeypatch):
     """_drop_slower_starts with a scripted judge: the start's profile shows kernel "b" 1.5x slower than
     tvm-default's version of it and "a" faster; the start without "b" is judged (b's decisions gone, a's

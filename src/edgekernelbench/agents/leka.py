@@ -9,7 +9,9 @@
 2. The graph layer (proposers that offer graphs: the builtin one): each graph change (convolutions in
    NHWC with the weights re-laid out once in main_transform_params, fast math; search/graph.py), on top of
    those already kept, its kernels at their stored decisions or the proposer's starting point, is judged
-   and kept when correct and faster by MIN_GAIN; the kernels below are the kept graph's.
+   and kept when correct and faster by MIN_GAIN; the kernels below are the kept graph's. Then the
+   whole-module target decisions the proposer offers (builtin, on an LLVM target: fast-math flags for
+   every kernel), judged and kept the same way.
    Then profile the current best (the judge's time share of every kernel) and take the kernels that
    matter (largest share first, down to MIN_SHARE).
 3. For each kernel, for each layer in order (loop, memory, target): ask the proposer for that layer's
@@ -28,6 +30,7 @@ the kernel database with its provenance."""
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field
 
 from ..errors import EKBError
 from ..generators.reference_candidates import reference_spec
@@ -46,19 +49,30 @@ ATTEMPTS = 3  # proposals per kernel and layer in one pass
 MAX_PASSES = 8
 
 
+@dataclass
+class Whole:
+    """LEKA's decisions for the whole module: graph passes (search/graph.py) and target attributes (LLVM's
+    fast-math flags: search/graph.target_alternatives)."""
+
+    passes: list = field(default_factory=list)
+    target_attrs: dict = field(default_factory=dict)
+
+
 def build_spec(
     problem,
     state: dict,
     method: str,
     code: str | None = None,
     workloads: dict | None = None,
-    graph: list | None = None,
+    whole: Whole | None = None,
 ):
-    """A candidate: the reference (after the `graph` passes, if any) with `state` (kernel -> layer traces)
-    replayed, then `code` (if any)."""
+    """A candidate: the reference (after the graph passes of `whole`, if any) with `state` (kernel -> layer
+    traces) replayed, then `code` (if any), built with the target attributes of `whole`."""
     dec = Decisions()
-    if graph:
-        dec.graph = {"passes": graph}
+    if whole and whole.passes:
+        dec.graph = {"passes": list(whole.passes)}
+    if whole and whole.target_attrs:
+        dec.target_attrs = dict(whole.target_attrs)
     for name, layers in state.items():
         for layer, trace in layers.items():
             getattr(dec, layer)[name] = trace
@@ -98,14 +112,16 @@ def run_leka(ep: Episode, proposer) -> None:
             res = ep.judge(build_spec(problem, state, ep.method), label="reference")
         best = score(res) or 0.0
         rows = profile_rows(res)
-        graph: list = []
+        whole = Whole()
         try:
             state, best, rows = _drop_slower_starts(ep, state, started, res, best, rows, workloads)
             if res.correct and hasattr(proposer, "graphs"):
                 kept = _graph_layer(ep, db, proposer, target, best)
                 if kept is not None:
-                    ks, state, reused, graph, best, rows = kept
+                    ks, state, reused, whole.passes, best, rows = kept
                     workloads = {k.name: k.workload for k in ks.values()}
+            if res.correct and hasattr(proposer, "target_options"):
+                best, rows = _target_layer(ep, proposer, state, workloads, whole, best, rows)
             for pass_ in range(MAX_PASSES):
                 spent = (ep.usage.evals, ep.usage.calls)
                 # one judgment per pass also profiles (the kernels' shares for the next pass): a profile
@@ -116,7 +132,7 @@ def run_leka(ep: Episode, proposer) -> None:
                         continue
                     for layer in SCHEDULE_LAYERS:
                         best, rows = _layer(
-                            ep, proposer, ks[name], layer, state, best, rows, workloads, graph, profile
+                            ep, proposer, ks[name], layer, state, best, rows, workloads, whole, profile
                         )
                 if (ep.usage.evals, ep.usage.calls) == spent:  # the proposer had nothing left to offer
                     ep.record(kind="stop", why=f"no proposal left after {pass_ + 1} pass(es)")
@@ -162,7 +178,7 @@ def _graph_layer(ep: Episode, db: KernelDB, proposer, target: str, best: float):
         reused = _reuse(ep, db, ks, target, state)
         _starting_points(proposer, ks, state)
         workloads = {k.name: k.workload for k in ks.values()}
-        spec = build_spec(ep.problem, state, ep.method, workloads=workloads, graph=trial)
+        spec = build_spec(ep.problem, state, ep.method, workloads=workloads, whole=Whole(trial))
         res = ep.judge(spec, layer="graph", label=label, accept=lambda r, best=best: improves(r, best))
         s = score(res)
         if improves(res, best):
@@ -170,6 +186,20 @@ def _graph_layer(ep: Episode, db: KernelDB, proposer, target: str, best: float):
             kept, passes_kept, best = (ks, state, reused, trial, s, profile_rows(res)), trial, s
     proposer.graph = graph_key(passes_kept)
     return kept
+
+
+def _target_layer(ep: Episode, proposer, state: dict, workloads: dict, whole: Whole, best: float, rows):
+    """Judges each whole-module target decision the proposer offers (LLVM's fast-math flags) on top of the
+    kept graph and starting points; kept (into `whole`) when correct and faster by MIN_GAIN. Returns
+    (best, profile rows)."""
+    for label, attrs in proposer.target_options():
+        trial = Whole(whole.passes, {**whole.target_attrs, **attrs})
+        spec = build_spec(ep.problem, state, ep.method, workloads=workloads, whole=trial)
+        res = ep.judge(spec, layer="target", label=label, accept=lambda r, best=best: improves(r, best))
+        if improves(res, best):
+            ep.record(kind="accept", layer="target", proposal=label, speedup=score(res))
+            whole.target_attrs, best, rows = trial.target_attrs, score(res), profile_rows(res) or rows
+    return best, rows
 
 
 def improves(res, best: float) -> bool:
@@ -247,7 +277,7 @@ def _traced(res, kernel: str) -> bool:
 
 
 def _layer(
-    ep: Episode, proposer, kernel, layer: str, state: dict, best: float, rows, workloads, graph, profile: dict
+    ep: Episode, proposer, kernel, layer: str, state: dict, best: float, rows, workloads, whole, profile: dict
 ):
     feedback: list[str] = []
     for _ in range(ATTEMPTS):
@@ -262,7 +292,7 @@ def _layer(
         trial = dict(state)
         if prop.layers is not None:
             trial[kernel.name] = prop.layers
-        spec = build_spec(ep.problem, trial, ep.method, prop.code, workloads, graph)
+        spec = build_spec(ep.problem, trial, ep.method, prop.code, workloads, whole)
         res = ep.judge(
             spec,
             kernel=kernel.name,
@@ -284,7 +314,7 @@ def _layer(
             state.update(trial)
             if prop.code is not None and ep.best is not None and ep.best[1] is res:
                 # the kept layer as data: the trace that code made, replayed in place of the code
-                kept = build_spec(ep.problem, state, ep.method, workloads=workloads, graph=graph)
+                kept = build_spec(ep.problem, state, ep.method, workloads=workloads, whole=whole)
                 kept.notes = f"{prop.label}: the trace its schedule code made, as that kernel's {layer} layer"
                 ep.best = (kept, res, s)
             ep.record(kind="accept", kernel=kernel.name, layer=layer, proposal=prop.label, speedup=s)

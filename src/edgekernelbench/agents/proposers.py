@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from ..llm.prompts import render_prompt
 from ..search.cost import Machine
-from ..search.graph import graph_alternatives
+from ..search.graph import graph_alternatives, target_alternatives
 from ..search.kernels import KernelInfo, kernel_script
 from ..search.variants import KernelSpace, lanes_options, layer_key
 from .episode import Episode
@@ -68,6 +68,10 @@ class BuiltinProposer:
     def graphs(self) -> list[tuple[str, list[dict]]]:
         """The graph layer's alternatives to the reference's graph: (label, passes)."""
         return graph_alternatives(self.ep.problem)
+
+    def target_options(self) -> list[tuple[str, dict]]:
+        """Whole-module target decisions to judge after the graph layer: (label, target attributes)."""
+        return target_alternatives(self.ep.cfg.backend)
 
     def start(self, kernel: str) -> dict | None:
         """Where the search of a kernel starts: its rule-based schedule (the rules' first strategy that
