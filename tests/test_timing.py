@@ -73,6 +73,34 @@ def test_time_interleaved_keeps_the_rounds():
     assert t["a"].count == 7 and len(t["a"].samples) == 7 and len(t["b"].samples) == 7
 
 
+def test_rounds_are_added_while_the_pair_disagrees():
+    """With max_rounds, rounds are added `rounds` at a time while the paired ratio's interval is wider than
+    WIDE_CI of it, up to max_rounds: a quiet pair stops at `rounds`; a pair whose rounds disagree (every
+    other round of the candidate slowed by a neighbour) gets more, and stops once they agree."""
+    from edgekernelbench.harness.timing import WIDE_CI
+
+    def contender(times):
+        seq = iter(times)
+        return lambda number: next(seq)
+
+    def run(cand, base, rounds=9, max_rounds=27):
+        cfg = TimingConfig(0.0, 0.0, rounds, max_rounds)
+        # calibration: CALIBRATION_TRIES calls of each at number 1 (0 ms rounds: already long enough)
+        t = time_interleaved(
+            {"candidate": contender([1e-3] * 3 + cand), "base": contender([2e-3] * 3 + base)}, cfg
+        )
+        return t["candidate"].count
+
+    quiet = [1e-3] * 27
+    assert run(quiet, [2e-3] * 27) == 9
+    noisy = [1e-3 if i % 2 else 1.6e-3 for i in range(27)]
+    assert run(noisy, [2e-3] * 27) == 27  # the interval stays [1.25, 2.0]
+    settles = [1.6e-3 if i in (0, 3, 6) else 1e-3 for i in range(27)]  # 3 slow rounds: resolved after 18
+    assert run(settles, [2e-3] * 27) == 18
+    assert run(noisy, [2e-3] * 27, max_rounds=0) == 9  # without max_rounds: exactly `rounds`
+    assert WIDE_CI < 0.25  # (1.25, 2.0) around 2 is wide; a 2% decision needs far less
+
+
 def result(speedup, ci=None, correct=True, problem="L1/a", sample=0):
     return Result(
         problem,

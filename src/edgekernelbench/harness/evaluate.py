@@ -371,7 +371,8 @@ def _judge(job, res, runner, problem, oracle, session, baseline_runners, backend
             except NotImplementedError as e:
                 res.extra["confirm"] = {"seconds": None, "why": str(e)}
         if job.profile:
-            profile_cfg = TimingConfig(**{**job.timing, "rounds": max(3, job.timing["rounds"] // 3)})
+            rounds = max(3, job.timing["rounds"] // 3)  # kernels side by side: no pair to resolve
+            profile_cfg = TimingConfig(**{**job.timing, "rounds": rounds, "max_rounds": 0})
             res.extra["kernels"] = runner.profile(inputs, profile_cfg)
             for name, runner_b in baseline_runners.items():
                 res.extra[f"kernels:{name}"] = runner_b.profile(inputs, profile_cfg)
