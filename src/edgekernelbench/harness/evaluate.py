@@ -225,12 +225,13 @@ def _run_job(job: Job, state: dict, module_source=None) -> Result:
         state["proxy"] = proxy
         res.extra["runner"] = "separate process" if proxy else f"in the judge: {why}"
 
-    # Trusted work first, while a builder materializes the candidate: baselines (built and loaded, ready
-    # to time) and the oracle.
+    # Trusted work first, while a builder materializes the candidate: baselines (built; on this machine's
+    # CPU also loaded, its code generated; a device is reached for the candidate first, so that a device
+    # that cannot run it fails on the candidate's build) and the oracle.
     baselines = {}
     if job.measure and backend.profile.can_time and "tvm-default" in job.baselines:
         mod = tvm_default_module(reference.module, backend.target())
-        baselines["tvm-default"] = Runner(mod, backend.build(mod), session, reference)
+        baselines["tvm-default"] = _loader(mod, backend.build(mod), session, reference, now=proxy is not None)
     oracle, oracle_error = None, ""
     if backend.profile.can_check:
         try:
@@ -312,9 +313,10 @@ def _run_job(job: Job, state: dict, module_source=None) -> Result:
     return _judge(job, res, runner, problem, oracle, session, baselines, backend, t_start)
 
 
-def _judge(job, res, runner, problem, oracle, session, baseline_runners, backend, t_start) -> Result:
+def _judge(job, res, runner, problem, oracle, session, baselines, backend, t_start) -> Result:
     """Correctness against the oracle, then the timing protocol, for a loaded candidate (`runner`: an
-    in-process Runner, or a RunnerProxy to the candidate's own process) against the loaded baselines."""
+    in-process Runner, or a RunnerProxy to the candidate's own process) against the baselines (name ->
+    loader: `_loader`)."""
     from ..baselines.onnxruntime import ort_contender
 
     res.correctness = check_correctness(runner, problem, oracle, job.trials, job.seed)
@@ -329,6 +331,7 @@ def _judge(job, res, runner, problem, oracle, session, baseline_runners, backend
     else:
         inputs = problem.sample_inputs(trial_seed(job.seed, 0))
         contenders = {"candidate": runner.timer(inputs)}
+        baseline_runners = {name: load() for name, load in baselines.items()}
         for name, runner_b in baseline_runners.items():
             contenders[name] = runner_b.timer(inputs)
         if "onnxruntime" in job.baselines and backend.profile.kind == "gpu":
@@ -377,6 +380,14 @@ def _judge(job, res, runner, problem, oracle, session, baseline_runners, backend
             for name, runner_b in baseline_runners.items():
                 res.extra[f"kernels:{name}"] = runner_b.profile(inputs, profile_cfg)
     return _done(res, t_start)
+
+
+def _loader(mod, built, session, reference, now: bool) -> Callable[[], Runner]:
+    """A baseline's Runner: loaded now (`now`), or when first asked for."""
+    if now:
+        runner = Runner(mod, built, session, reference)
+        return lambda: runner
+    return lambda: Runner(mod, built, session, reference)
 
 
 def _time_here(contenders: dict, job: Job, backend, res: Result, runner=None) -> dict:
