@@ -236,8 +236,9 @@ def test_rpi4_deploy_through_the_python_api_is_verified_under_qemu(kernel_db, tm
 
 
 def test_decisions_from_a_run_directory(tmp_path):
-    """A run's best correct candidate serves its kernels; module-text candidates are left out (they are
-    parsed only in the judge's sandbox); the run's decision comes before the database's."""
+    """A run's best correct candidate serves its kernels, also when it was judged with target attributes
+    (LEKA's fast-math flags: not carried, and the notes say so); module-text candidates are left out (they
+    are parsed only in the judge's sandbox); the run's decision comes before the database's."""
     import edgekernelbench
     from edgekernelbench.records import Result
     from edgekernelbench.store import RunStore
@@ -247,6 +248,7 @@ def test_decisions_from_a_run_directory(tmp_path):
     keep = "fused_conv2d2_add_relu"
     for layer in ("loop", "memory", "target"):
         setattr(spec.decisions, layer, {k: v for k, v in getattr(spec.decisions, layer).items() if k == keep})
+    spec.decisions.target_attrs = {"fast-math": True}
     run = tmp_path / "run"
     cand = run / "candidates" / KWS
     cand.mkdir(parents=True)
@@ -265,6 +267,7 @@ def test_decisions_from_a_run_directory(tmp_path):
     assert kernels[keep]["recorded_speedup"] == 3.0
     assert {k["source"] for n, k in kernels.items() if n != keep} == {"tvm-default"}
     assert any("sample 0" in n and "module text" in n for n in d.notes), d.notes
+    assert any("sample 1" in n and "fast-math" in n and "not carried" in n for n in d.notes), d.notes
     assert d.verification is None and not (tmp_path / "out" / "verify.json").exists()
 
 

@@ -155,6 +155,9 @@ def run_offers(run_dir: Path, backend: str) -> tuple[dict[str, list[Offer]], lis
         if why:
             notes.append(f"{where}: {why}")
             continue
+        if spec.decisions.target_attrs:  # e.g. LEKA's fast-math flags: its kernels' decisions stand alone
+            attrs = spec.decisions.target_attrs
+            notes.append(f"{where}: target attributes {attrs} not carried (built for the profile's target)")
         graph = bool(spec.decisions.graph.get("passes"))
         for func in spec.decisions.scheduled_funcs():
             # a candidate on another graph names its kernels' workloads itself (LEKA records them)
@@ -183,8 +186,6 @@ def unusable(spec: KernelSpec) -> str:
         return "given as module text (parsed only in the judge's sandbox): not used"
     if spec.schedule_code:
         return "given as schedule code (run only in the judge's sandbox): not used"
-    if spec.decisions.target_attrs:
-        return "needs target attributes: not used"
     return ""
 
 
