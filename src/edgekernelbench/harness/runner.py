@@ -166,7 +166,7 @@ def _serve(sock: socket.socket, backend, session, reference) -> None:
     import tvm
 
     runner = None
-    timer = None
+    calls = None  # exactly `number` calls of main on the bound inputs (Runner.caller)
     while True:
         try:
             req, arrays = recv(sock)
@@ -199,8 +199,8 @@ def _serve(sock: socket.socket, backend, session, reference) -> None:
                 elif op == "vm":
                     send(sock, {"ok": True}, runner.run_vm(inputs))
                 elif op == "bind":
-                    timer = runner.caller(inputs)
-                    timer(1)
+                    calls = runner.caller(inputs)
+                    calls(1)
                     send(sock, {"ok": True})
                 elif op == "profile":
                     send(sock, {"ok": True, "kernels": runner.profile(inputs, TimingConfig(**req["timing"]))})
@@ -209,7 +209,7 @@ def _serve(sock: socket.socket, backend, session, reference) -> None:
                         runner.run_kernels(inputs)
                     send(sock, {"ok": True})
             elif op == "time":
-                timer(int(req["number"]))
+                calls(int(req["number"]))
                 send(sock, {"ok": True})
             else:
                 send(sock, {"error": "protocol", "detail": f"unknown request {op!r}"})

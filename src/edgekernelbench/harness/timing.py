@@ -117,11 +117,17 @@ def _unresolved(samples: dict[str, list[float]], names: list[str]) -> bool:
     if min(first) <= 0:
         return False
     for n in names[1:]:
-        ratios = [x / y for x, y in zip(samples[n], first, strict=True)]
-        lo, hi = median_ci(ratios)
-        if hi - lo > WIDE_CI * float(np.median(ratios)):
+        s, lo, hi = _paired(samples[n], first)
+        if hi - lo > WIDE_CI * s:
             return True
     return False
+
+
+def _paired(baseline: list[float], candidate: list[float], confidence: float = CONFIDENCE):
+    """(median, low, high) of the per-round ratios baseline / candidate (`median_ci`)."""
+    ratios = [x / y for x, y in zip(baseline, candidate, strict=True)]
+    lo, hi = median_ci(ratios, confidence)
+    return float(np.median(ratios)), lo, hi
 
 
 def median_ci(values, confidence: float = CONFIDENCE) -> tuple[float, float]:
@@ -153,9 +159,7 @@ def paired_speedup(baseline: Timing, candidate: Timing, confidence: float = CONF
     if not b or len(b) != len(c) or min(c) <= 0:
         s = baseline.median / candidate.median if candidate.median > 0 else math.nan
         return s, s, s
-    ratios = [x / y for x, y in zip(b, c, strict=True)]
-    lo, hi = median_ci(ratios, confidence)
-    return float(np.median(ratios)), lo, hi
+    return _paired(b, c, confidence)
 
 
 def fraction_of_peak(
