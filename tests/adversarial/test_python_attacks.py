@@ -146,7 +146,8 @@ def test_replacing_the_timers_does_not_change_the_speedup():
     assert r.runtime.median > 1e-8 and all(s < 100 for s in r.speedups.values()), r.speedups
 
 
-def test_no_process_survives_the_candidate():
+def daemons() -> tuple[str, str]:
+    """(tag, code): code that leaves two `sleep <tag>` processes behind, in sessions of their own."""
     tag = str(900000 + uuid.uuid4().int % 99999)  # `sleep <tag>`: findable afterwards
     code = (
         "import subprocess, os\n"
@@ -155,6 +156,11 @@ def test_no_process_survives_the_candidate():
         "    os.setsid()\n"
         f"    os.execvp('sleep', ['sleep', '{tag}'])\n"
     )
+    return tag, code
+
+
+def test_no_process_survives_the_candidate():
+    tag, code = daemons()
     r = judge(attack(code))
     assert r.reason == "wrong_output", (r.reason, r.detail)
     left = [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", tag]]

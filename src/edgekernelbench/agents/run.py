@@ -15,6 +15,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from .. import metrics
+from ..harness.api import warm_judge
 from ..problems import get_problem
 from ..store import RunStore
 from .budget import BudgetExhausted
@@ -138,30 +139,31 @@ def _run_one(store, run_dir: Path, problem, method: str, cfg: AgentConfig) -> di
         return record
     ep = Episode(problem, method, cfg, store, run_dir)
     model = ModelClient(cfg.model, ep) if cfg.model and method not in NO_MODEL else None
-    try:
-        finals = _finals(ep, method, model)
-    except BudgetExhausted as e:  # a limit reached where the method did not catch it itself
-        ep.record(kind="stop", why=str(e))
-        finals = [(method, ep.best[0], ep.best[1])] if ep.best else []
-    finally:
-        if model is not None:
-            model.close()
-    usage = ep.usage.to_dict()  # what the method spent; the final judgments below are not charged
-    samples, judged = {}, {}
-    for label, spec, searched in finals:
-        # a fresh judgment of each final candidate: the best of several noisy measurements is biased
-        # upwards (the winner's curse), so the stored result is not the one the method selected on
-        key = spec.hash()
-        if key not in judged:
-            judged[key] = ep.final_judgment(spec, label)
-        res = judged[key]
-        _store_final(store, run_dir, label, spec, res, cfg, ep)
-        samples[label] = {
-            "sample": METHOD_SAMPLES[label],
-            "correct": res.correct,
-            "speedup": score(res),
-            "search_speedup": score(searched) if searched is not None else None,
-        }
+    with warm_judge():  # the episode's judges are forked from one process (harness/zygote.py)
+        try:
+            finals = _finals(ep, method, model)
+        except BudgetExhausted as e:  # a limit reached where the method did not catch it itself
+            ep.record(kind="stop", why=str(e))
+            finals = [(method, ep.best[0], ep.best[1])] if ep.best else []
+        finally:
+            if model is not None:
+                model.close()
+        usage = ep.usage.to_dict()  # what the method spent; the final judgments below are not charged
+        samples, judged = {}, {}
+        for label, spec, searched in finals:
+            # a fresh judgment of each final candidate: the best of several noisy measurements is biased
+            # upwards (the winner's curse), so the stored result is not the one the method selected on
+            key = spec.hash()
+            if key not in judged:
+                judged[key] = ep.final_judgment(spec, label)
+            res = judged[key]
+            _store_final(store, run_dir, label, spec, res, cfg, ep)
+            samples[label] = {
+                "sample": METHOD_SAMPLES[label],
+                "correct": res.correct,
+                "speedup": score(res),
+                "search_speedup": score(searched) if searched is not None else None,
+            }
     record = {
         "status": "done",
         "proposer": _proposer(method, cfg),

@@ -13,7 +13,7 @@ from ..backends.base import BackendProfile
 from ..ir.spec import KernelSpec, load_candidate
 from ..records import Result
 from .confine import confine_command
-from .isolation import Limits, run_in_worker
+from .isolation import Limits, run_in_worker, warm_judge
 from .job import DEFAULT_BASELINES, Job
 from .timing import TimingConfig
 
@@ -25,6 +25,7 @@ __all__ = [
     "confine_command",
     "evaluate",
     "time_floors",
+    "warm_judge",
 ]
 
 log = logging.getLogger(__name__)

@@ -185,7 +185,6 @@ def _run_job(job: Job, state: dict, module_source=None) -> Result:
     from ..backends.gpu import DeviceUnavailable
     from ..backends.host import LocalBackend
     from ..backends.registry import backend_for
-    from ..baselines.tvm_default import tvm_default_module
     from ..ir.replay import materialize
     from ..ir.spec import KernelSpec
     from ..oracle import Oracle, OracleError
@@ -230,8 +229,8 @@ def _run_job(job: Job, state: dict, module_source=None) -> Result:
     # that cannot run it fails on the candidate's build) and the oracle.
     baselines = {}
     if job.measure and backend.profile.can_time and "tvm-default" in job.baselines:
-        mod = tvm_default_module(reference.module, backend.target())
-        baselines["tvm-default"] = _loader(mod, backend.build(mod), session, reference, now=proxy is not None)
+        mod, built = tvm_default_built(problem.id, reference, backend)
+        baselines["tvm-default"] = _loader(mod, built, session, reference, now=proxy is not None)
     oracle, oracle_error = None, ""
     if backend.profile.can_check:
         try:
@@ -380,6 +379,21 @@ def _judge(job, res, runner, problem, oracle, session, baselines, backend, t_sta
             for name, runner_b in baseline_runners.items():
                 res.extra[f"kernels:{name}"] = runner_b.profile(inputs, profile_cfg)
     return _done(res, t_start)
+
+
+_TVM_DEFAULT: dict = {}
+
+
+def tvm_default_built(problem_id: str, reference, backend) -> tuple:
+    """(module, Built) of the tvm-default baseline for the problem on `backend`, built once per process: a
+    warm judge (harness/zygote.py) builds it before it forks, and every judge forked from it loads that."""
+    from ..baselines.tvm_default import tvm_default_module
+
+    key = (problem_id, backend.profile.name, str(backend.target()))
+    if key not in _TVM_DEFAULT:
+        mod = tvm_default_module(reference.module, backend.target())
+        _TVM_DEFAULT[key] = (mod, backend.build(mod))
+    return _TVM_DEFAULT[key]
 
 
 def _loader(mod, built, session, reference, now: bool) -> Callable[[], Runner]:

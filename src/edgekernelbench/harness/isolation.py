@@ -10,6 +10,7 @@ and kills the worker past the limit."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import resource
 import shutil
@@ -17,6 +18,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -24,6 +26,8 @@ from pathlib import Path
 from ..records import Result
 from .job import Job
 from .sandbox import Isolation
+
+log = logging.getLogger(__name__)
 
 # Only these variables reach a worker; everything else (API keys, tokens, credentials) stays behind.
 ENV_ALLOW = (
@@ -154,6 +158,18 @@ class Worker:
     deadline: float
 
 
+def _export_graph(job: Job, directory: Path) -> None:
+    """The problem's graph, built here, for the worker to take (Problem.adopt_graph): an L3 model's
+    calibration runs ONNX Runtime, whose threads would leave the judge unable to fork its runner. A problem
+    that does not build here is left to the worker, which reports it."""
+    from ..problems import get_problem
+
+    try:
+        get_problem(job.problem).export_graph(directory)
+    except Exception as e:  # noqa: BLE001 -- the worker builds it itself, and says what is wrong
+        log.debug("%s: graph not handed to the worker: %s", job.problem, e)
+
+
 def _readable(job: Job) -> list[str]:
     """Files a worker must read beyond Python and the system: the native ONNX Runtime timer, the user's
     problem suite and backend profile files (never the run directory)."""
@@ -164,9 +180,10 @@ def _readable(job: Job) -> list[str]:
     return [p for p in paths if p]
 
 
-def _start(job: Job, job_dir: Path, limits: Limits, *, stdin=subprocess.DEVNULL) -> Worker:
+def _start(job: Job, job_dir: Path, limits: Limits, *, stdin=subprocess.DEVNULL, warm=None) -> Worker:
     """Starts `python -m edgekernelbench.harness.worker` on `job` in its own sandbox (harness/sandbox.py):
-    job_dir is the only place it can write; its output goes to a log file beside job_dir (not in it)."""
+    job_dir is the only place it can write; its output goes to a log file beside job_dir (not in it).
+    `warm` (a WarmJudge): the worker is forked from it instead (harness/zygote.py), same sandbox."""
     from .sandbox import plan
 
     job_dir.mkdir(mode=0o700)
@@ -177,7 +194,13 @@ def _start(job: Job, job_dir: Path, limits: Limits, *, stdin=subprocess.DEVNULL)
     job.sandbox = {"read": iso.read, "write": iso.write, "landlock_abi": iso.landlock_abi}
     job_path, out_path = job_dir / "job.json", job_dir / "result.json"
     job_path.write_text(job.to_json())
+    if job.task in ("build", "evaluate"):
+        _export_graph(job, job_dir)
     log = job_dir.parent / f"{job_dir.name}.log"
+    if warm is not None:
+        iso.forked = True
+        proc = warm.launch(job_path, out_path, log, job_dir, stdin=stdin == subprocess.PIPE)
+        return Worker(proc, job_dir, log, iso, time.monotonic() + limits.timeout_s)
     with open(log, "wb") as out:
         proc = subprocess.Popen(
             [*prefix, sys.executable, "-m", "edgekernelbench.harness.worker", str(job_path), str(out_path)],
@@ -256,13 +279,16 @@ def _judge_result(w: Worker, job: Job, limits: Limits, timed_out: bool, over: bo
 def run_in_worker(job: Job, limits: Limits = Limits()) -> Result:
     """Judges one job. A candidate goes through two sandboxed processes: the builder (everything the
     candidate controls as Python: harness/builder.py) and the judge (loads the builder's IRModule JSON as
-    data, verifies, builds, checks against the oracle, times). A job without a candidate (task "floors")
-    runs in one sandboxed worker."""
+    data, verifies, builds, checks against the oracle, times); within `warm_judge()`, both are forked from
+    the thread's warm judge (harness/zygote.py) where it serves the job. A job without a candidate (task
+    "floors") runs in one sandboxed worker."""
     t0 = time.perf_counter()
     prepare_fork()  # before the fork (see there)
     with tempfile.TemporaryDirectory(prefix="ekb-job-") as tmp:
         if job.task == "evaluate":
-            res = _build_and_judge(job, limits, Path(tmp))
+            res = _judge_warm(job, limits, Path(tmp))
+            if res is None:
+                res = _build_and_judge(job, limits, Path(tmp))
         else:
             w = _start(replace(job), Path(tmp, "worker"), limits)
             res = _judge_result(w, job, limits, *_wait(w, limits))
@@ -273,14 +299,15 @@ def run_in_worker(job: Job, limits: Limits = Limits()) -> Result:
     return res
 
 
-def _build_and_judge(job: Job, limits: Limits, tmp: Path) -> Result:
+def _build_and_judge(job: Job, limits: Limits, tmp: Path, warm=None) -> Result:
     """The judge starts first and does its trusted work (reference, baselines, oracle) while the builder
     materializes the candidate; the judge then gets the builder's module file (copied into its own
-    directory by this process) through its stdin, and nothing else from the builder."""
+    directory by this process) through its stdin, and nothing else from the builder. `warm`: both are
+    forked from this warm judge (harness/zygote.py)."""
     from .builder import MODULE_FILE
 
     judge_job = replace(job, spec=judge_spec(job.spec), handoff=True)
-    judge = _start(judge_job, tmp / "judge", limits, stdin=subprocess.PIPE)
+    judge = _start(judge_job, tmp / "judge", limits, stdin=subprocess.PIPE, warm=warm)
     builder_job = Job(
         problem=job.problem,
         sample=job.sample,
@@ -291,7 +318,7 @@ def _build_and_judge(job: Job, limits: Limits, tmp: Path) -> Result:
         timeout_s=job.timeout_s,
         task="build",
     )
-    builder = _start(builder_job, tmp / "build", limits)
+    builder = _start(builder_job, tmp / "build", limits, warm=warm)
     isolation = {"builder": builder.isolation.describe(), "judge": judge.isolation.describe()}
     failure = _builder_failure(builder, job, limits, *_wait(builder, limits))
     module = builder.dir / MODULE_FILE
@@ -422,6 +449,134 @@ def _tail(text: str, n: int = 1500) -> str:
     return text.strip()[-n:]
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def _kill_group(proc) -> None:
+    if not isinstance(proc, subprocess.Popen):  # forked from a warm judge: it kills what it forked
+        proc.kill()
+        return
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
+
+
+# ------------------------------------------------------------------------------------------ warm judges
+_WARM = threading.local()
+
+
+@contextlib.contextmanager
+def warm_judge():
+    """Within this block, the candidates this thread judges on this machine's CPU are built and judged by
+    processes forked from a warm judge (harness/zygote.py): TVM imported and the problem's reference and
+    tvm-default baseline built once, not once per process. One warm judge at a time, for one problem (a
+    job for another problem replaces it); closed when the block ends. Nested blocks share the outer one."""
+    if getattr(_WARM, "slot", None) is not None:
+        yield
+        return
+    _WARM.slot = slot = {"judge": None, "refused": {}}
+    try:
+        yield
+    finally:
+        _WARM.slot = None
+        if slot["judge"] is not None:
+            slot["judge"].close()
+
+
+def _warm_key(job: Job, limits: Limits) -> tuple | None:
+    """What a warm judge is started for; None: this job is not one a warm judge serves (a device, a GPU,
+    a remote backend: those keep fresh workers)."""
+    if job.task != "evaluate" or job.tracker or not limits.address_space:
+        return None
+    profile = job.resolved_profile()
+    if profile.kind != "host" or profile.run != "local":
+        return None
+    import json
+
+    return (
+        job.problem,
+        json.dumps(job.backend_profile, sort_keys=True),
+        job.threads,
+        limits.memory_mb,
+    )
+
+
+def _warm_for(job: Job, limits: Limits):
+    """The thread's warm judge for `job`, started (or replaced) when needed; None: judge without one."""
+    slot = getattr(_WARM, "slot", None)
+    key = _warm_key(job, limits) if slot is not None else None
+    if key is None:
+        return None
+    current = slot["judge"]
+    if current is not None and (current.key != key or current.dead or current.proc.poll() is not None):
+        current.close()
+        slot["judge"] = current = None
+    if current is None:
+        if key in slot["refused"]:
+            return None
+        current, why = _start_warm(job, limits, key)
+        if current is None:
+            log.warning("judging without a warm judge: %s", why)
+            slot["refused"][key] = why
+            return None
+        slot["judge"] = current
+    return current
+
+
+def _start_warm(job: Job, limits: Limits, key: tuple):
+    """(WarmJudge, "") once its zygote is ready, else (None, why)."""
+    import json
+
+    from .sandbox import plan
+    from .warm import WarmJudge
+
+    home = Path(tempfile.mkdtemp(prefix="ekb-warm-"))
+    prefix, iso = plan(str(home), extra_read=_readable(job))
+    if not prefix:
+        shutil.rmtree(home, ignore_errors=True)
+        return None, "no namespaces here: " + "; ".join(iso.weaker)
+    spec = home / "preload.json"
+    _export_graph(job, home)
+    spec.write_text(
+        json.dumps(
+            {
+                "problem": job.problem,
+                "graph_dir": str(home),
+                "threads": job.threads,
+                "backend_profile": job.backend_profile,
+            }
+        )
+    )
+    with open(home / "zygote.log", "wb") as err:
+        proc = subprocess.Popen(
+            [*prefix, sys.executable, "-m", "edgekernelbench.harness.zygote", str(spec)],
+            env=worker_env(job.threads, str(home)),
+            cwd=home,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            start_new_session=True,
+            preexec_fn=_limit(limits.memory_mb, limits.address_space),
+        )
+    warm = WarmJudge(key, proc, home)
+    why = warm.ready()
+    if why is not None:
+        warm.close()
+        return None, why
+    return warm, ""
+
+
+def _judge_warm(job: Job, limits: Limits, tmp: Path) -> Result | None:
+    """The job judged by processes forked from the thread's warm judge; None: not served by one (no warm
+    judge, or it died during the job: the job is then judged again by fresh workers)."""
+    warm = _warm_for(job, limits)
+    if warm is None or not warm.lock.acquire(blocking=False):
+        return None
+    try:
+        res = _build_and_judge(job, limits, tmp, warm=warm)
+    finally:
+        warm.lock.release()
+    if warm.dead:
+        log.warning(
+            "%s#%d: the warm judge ended mid-job; judged again by fresh workers", job.problem, job.sample
+        )
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        return None
+    return res

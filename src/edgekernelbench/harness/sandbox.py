@@ -181,6 +181,9 @@ class Isolation:
     read: list[str] = field(default_factory=list)
     write: list[str] = field(default_factory=list)
     weaker: list[str] = field(default_factory=list)  # one line per protection that is missing here
+    # forked from a warm judge (harness/zygote.py) into PID and mount namespaces of its own, rather than
+    # started as a fresh process
+    forked: bool = False
 
     def describe(self) -> dict:
         d = asdict(self)

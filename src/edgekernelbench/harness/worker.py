@@ -60,6 +60,10 @@ def main(argv: list[str]) -> int:
 
     set_threads(job.threads)  # before TVM starts its thread pool
     enter_sandbox(job, job_dir)
+    if job.task in ("build", "evaluate"):  # the problem's graph as the parent built it (isolation._start)
+        from ..problems import get_problem
+
+        get_problem(job.problem).adopt_graph(job_dir)
     if job.task == "build":  # writes its files into job_dir; it has no result to return
         from .builder import build_candidate
 

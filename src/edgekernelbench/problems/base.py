@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import onnx
 
 from .graph import GraphBuilder, InputSpec
 
+GRAPH_FILE, INPUTS_FILE = "problem.onnx", "problem_inputs.json"  # a problem's graph handed to a worker
 LEVEL_NAMES = {1: "single operators", 2: "fused subgraphs", 3: "compact models"}
 
 
@@ -65,6 +68,24 @@ class Problem:
     @property
     def model(self) -> onnx.ModelProto:
         return self._built[0]
+
+    def export_graph(self, directory: Path) -> None:
+        """Writes the built graph and its input distributions into `directory`, for `adopt_graph`."""
+        model, inputs = self._built
+        Path(directory, GRAPH_FILE).write_bytes(model.SerializeToString())
+        Path(directory, INPUTS_FILE).write_text(json.dumps([dataclasses.asdict(s) for s in inputs]))
+
+    def adopt_graph(self, directory: Path) -> bool:
+        """Takes the graph `export_graph` wrote instead of building it (a worker takes its parent's:
+        building an L3 model runs ONNX Runtime for its calibration, whose threads would leave the worker
+        unable to fork its candidate's runner safely). False when there is none, or it is built already."""
+        model_path = Path(directory, GRAPH_FILE)
+        if "_built" in self.__dict__ or not model_path.is_file():
+            return False
+        specs = json.loads(Path(directory, INPUTS_FILE).read_text())
+        inputs = tuple(InputSpec(**{**d, "shape": tuple(d["shape"])}) for d in specs)
+        self.__dict__["_built"] = (onnx.load_model_from_string(model_path.read_bytes()), inputs)
+        return True
 
     @property
     def inputs(self) -> tuple[InputSpec, ...]:

@@ -695,8 +695,13 @@ def _isolation_lines(results: Sequence[Result]) -> list[str]:
             ns = ", ".join(d.get("namespaces") or []) or "none"
             ll = d.get("landlock_abi")
             weaker = ", ".join(d.get("weaker") or []) or "none"
+            forked = (
+                "; forked from a warm judge into PID and mount namespaces of its own"
+                if d.get("forked")
+                else ""
+            )
             parts.append(
-                f"{proc}: namespaces {ns}; network {d.get('network', '?')}; "
+                f"{proc}: namespaces {ns}{forked}; network {d.get('network', '?')}; "
                 f"Landlock {('ABI ' + str(ll)) if ll else 'off'}; "
                 f"writes {', '.join(d.get('write') or []) or '-'}; "
                 f"weaker: {weaker}"

@@ -1,0 +1,155 @@
+"""The warm judge (harness/zygote.py): the builders and judges of an episode forked from one process.
+
+Same verdicts as fresh workers, the same sandbox for each child plus a PID namespace of its own, nothing a
+candidate does reaches the next candidate, and a warm judge that dies mid-job costs a re-judgment, never a
+wrong verdict."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import psutil
+import pytest
+from test_python_attacks import PROBLEM, RIGHT, WRONG, attack, daemons, tell
+
+from edgekernelbench.generators.reference_candidates import reference_spec
+from edgekernelbench.harness import isolation
+from edgekernelbench.harness.api import evaluate, warm_judge
+from edgekernelbench.harness.isolation import Limits
+from edgekernelbench.harness.timing import TimingConfig
+from edgekernelbench.ir.spec import KernelSpec
+from edgekernelbench.problems import get_problem
+
+LIMITS = Limits(timeout_s=120, memory_mb=4096)
+
+
+def judge(module: str, **kw):
+    spec = KernelSpec(problem=PROBLEM, module=module, method="attack")
+    kw.setdefault("trials", 2)
+    kw.setdefault("measure", False)
+    return evaluate(PROBLEM, spec, limits=LIMITS, **kw)
+
+
+@pytest.fixture
+def started(monkeypatch):
+    """The warm judges started during the test (their WarmJudge handles)."""
+    out = []
+    real = isolation._start_warm
+
+    def counting(job, limits, key):
+        warm, why = real(job, limits, key)
+        out.append(warm)
+        return warm, why
+
+    monkeypatch.setattr(isolation, "_start_warm", counting)
+    return out
+
+
+def test_an_episode_is_judged_by_children_of_one_warm_judge(started):
+    with warm_judge():
+        right = judge(attack("pass", RIGHT), measure=True, timing=TimingConfig.quick())
+        wrong = judge(attack("pass", WRONG))
+        again = judge(attack("pass", RIGHT))
+    assert right.correct and "tvm-default" in right.speedups, right.detail
+    assert wrong.reason == "wrong_output"
+    assert again.correct
+    assert len(started) == 1 and started[0] is not None
+    assert started[0].proc.poll() is not None  # closed with the block
+    for r in (right, wrong, again):
+        assert all(r.extra["isolation"][p]["forked"] for p in ("builder", "judge")), r.extra["isolation"]
+    assert right.extra["runner"] == "separate process"
+    fresh = judge(attack("pass", WRONG))  # outside the block: fresh workers again
+    assert fresh.reason == "wrong_output" and not fresh.extra["isolation"]["judge"]["forked"]
+
+
+def test_a_forked_builder_sees_only_its_own_pid_namespace():
+    code = "import os\n" + tell("'pids %s in %s' % (sorted(os.listdir('/proc')), os.getcwd())")
+    with warm_judge():
+        r = judge(
+            attack(code.replace("os.listdir('/proc')", "p for p in os.listdir('/proc') if p.isdigit()"))
+        )
+    assert r.reason == "parse_error" and r.detail.startswith("pids ['1'] in "), r.detail
+    assert r.detail.endswith("/build"), r.detail
+
+
+def test_what_a_candidate_does_in_its_child_does_not_reach_the_next_candidate():
+    """The attack patches the judge's comparison and the harness's modules, kills every process it can
+    name and tries its parents; the next candidate, wrong, is still found wrong, and a right one right."""
+    code = (
+        "import os, signal\n"
+        "import edgekernelbench.harness.evaluate as ev\n"
+        "ev._compare = lambda *a, **k: (None, '', [0.0], [0.0])\n"
+        "ev.check_correctness = lambda *a, **k: ev.Correctness(correct=True, trials=5)\n"
+        "for pid in (-1, 1, os.getppid(), 0):\n"
+        "    try:\n"
+        "        os.kill(pid, signal.SIGKILL)\n"
+        "    except OSError:\n"
+        "        pass\n"
+    )
+    with warm_judge():
+        first = judge(attack(code))
+        after = judge(attack("pass", WRONG))
+        right = judge(attack("pass", RIGHT))
+    assert not first.correct, (first.reason, first.detail)
+    assert after.reason == "wrong_output", (after.reason, after.detail)
+    assert right.correct, right.detail
+    assert after.extra["isolation"]["judge"]["forked"]
+
+
+def test_no_process_a_forked_builder_starts_survives_it():
+    tag, code = daemons()
+    with warm_judge():
+        r = judge(attack(code))
+        left = [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", tag]]
+    for p in left:
+        p.kill()
+    assert r.reason == "wrong_output", (r.reason, r.detail)
+    assert not left, f"{len(left)} process(es) outlived the candidate's child"
+
+
+def test_a_warm_judge_that_dies_mid_job_costs_a_fresh_judgment(monkeypatch, started):
+    from edgekernelbench.harness.warm import WarmJudge
+
+    real = WarmJudge.launch
+    killed = []
+
+    def launch_then_die(self, *a, **k):
+        child = real(self, *a, **k)
+        if not killed:  # the first child's start: the warm judge is killed under it
+            killed.append(self.proc.pid)
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        return child
+
+    monkeypatch.setattr(WarmJudge, "launch", launch_then_die)
+    with warm_judge():
+        r = judge(attack("pass", WRONG))
+        r2 = judge(attack("pass", RIGHT))
+    assert killed
+    assert r.reason == "wrong_output" and not r.extra["isolation"]["judge"]["forked"], r.extra["isolation"]
+    assert r2.correct and r2.extra["isolation"]["judge"]["forked"]  # a new warm judge for the next job
+    assert len(started) == 2
+
+
+def test_an_l3_models_judge_runs_its_candidate_in_a_separate_process():
+    """Building an L3 model runs ONNX Runtime for its calibration, whose threads left the judge unable to
+    fork its runner: the candidate's native code ran inside the judge. The parent now hands the built
+    graph to its workers."""
+    problem = get_problem("L3/cnn1d_har")
+    r = evaluate(problem.id, reference_spec(problem), measure=False, trials=1, limits=LIMITS)
+    assert r.correct, r.detail
+    assert r.extra["runner"] == "separate process", r.extra["runner"]
+
+
+def test_a_problem_takes_the_graph_its_parent_built(tmp_path):
+    from edgekernelbench.problems.base import Problem
+
+    built = get_problem(PROBLEM)
+    built.export_graph(tmp_path)
+    fields = ("id", "level", "domain", "category", "source", "graph")
+    twin = Problem(**{f: getattr(built, f) for f in fields})
+    assert twin.adopt_graph(tmp_path)
+    assert twin.model.SerializeToString() == built.model.SerializeToString()
+    assert twin.inputs == built.inputs
+    assert not twin.adopt_graph(tmp_path)  # built already: kept
+    assert not Problem(**{f: getattr(built, f) for f in fields}).adopt_graph(tmp_path / "none")
