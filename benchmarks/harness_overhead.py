@@ -8,8 +8,12 @@
    so the ratio new/old is a side-by-side figure (e.g. the cost of the builder/judge split and the
    sandbox: `--against 39bf502`).
 3. Wall time of `ekb baseline` over the Level-1 suite (--baseline).
+4. With --warm: one judgment as an agent's search makes it (the search's timing protocol against
+   tvm-default) by fresh workers and by children of a warm judge (harness/zygote.py), alternating in one
+   process; the warm judge's first judgment (its start included) apart.
 
-    .venv/bin/python benchmarks/harness_overhead.py [--reps 5] [--against REF] [--baseline] [--out runs/bench]
+    .venv/bin/python benchmarks/harness_overhead.py [--reps 5] [--against REF] [--baseline] [--warm]
+        [--out runs/bench]
 
 Speedup stability (the same run judged twice) is benchmarks/stability.py.
 """
@@ -82,6 +86,58 @@ def one_candidate(problem_id: str, measure: bool, src: Path | None = None) -> fl
     return float(out.strip().splitlines()[-1])
 
 
+WARM_VS_FRESH = """
+import json, sys, threading, time
+from edgekernelbench.harness.api import TimingConfig, evaluate, warm_judge
+from edgekernelbench.ir.spec import KernelSpec
+from edgekernelbench.problems import get_problem
+from edgekernelbench.reference import build_reference
+pid, reps = sys.argv[1], int(sys.argv[2])
+spec = KernelSpec(problem=pid, module=build_reference(get_problem(pid)).script())
+
+def judge():
+    t0 = time.perf_counter()
+    r = evaluate(pid, spec, timing=TimingConfig.search(), baselines=("tvm-default",))
+    assert r.correct, r.detail
+    return time.perf_counter() - t0, r.extra["isolation"]["judge"].get("forked", False)
+
+def fresh():  # another thread: outside this thread's warm judge
+    out = []
+    t = threading.Thread(target=lambda: out.append(judge()))
+    t.start()
+    t.join()
+    return out[0]
+
+rows = {"fresh_s": [], "warm_s": []}
+with warm_judge():
+    first, forked = judge()
+    assert forked
+    for i in range(reps):
+        for name, f in (("fresh_s", fresh), ("warm_s", judge))[:: 1 if i % 2 == 0 else -1]:
+            seconds, forked = f()
+            assert forked == (name == "warm_s")
+            rows[name].append(seconds)
+print(json.dumps({"warm_first_s": first, **rows}))
+"""
+
+
+def warm_vs_fresh(problem_id: str, reps: int) -> dict:
+    out = subprocess.run(
+        [sys.executable, "-c", WARM_VS_FRESH, problem_id, str(reps)],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    rows = json.loads(out.strip().splitlines()[-1])
+    ratios = [f / w for f, w in zip(rows["fresh_s"], rows["warm_s"], strict=True)]
+    return {
+        "warm_first_s": rows["warm_first_s"],
+        "fresh_judgment_s": summary(rows["fresh_s"]),
+        "warm_judgment_s": summary(rows["warm_s"]),
+        "fresh_over_warm": summary(ratios),
+    }
+
+
 def ekb(*args) -> float:
     t0 = time.perf_counter()
     subprocess.run([sys.executable, "-m", "edgekernelbench.cli", *args], check=True, capture_output=True)
@@ -98,6 +154,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=Path("runs/bench"))
     ap.add_argument("--against", help="a git commit whose harness is measured side by side")
     ap.add_argument("--baseline", action="store_true", help="also time `ekb baseline` over L1")
+    ap.add_argument("--warm", action="store_true", help="also judge with and without a warm judge")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     report: dict = {"problem": PROBLEM, "reps": args.reps}
@@ -138,6 +195,9 @@ def main() -> int:
                 ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(old_tree)], check=False
             )
             shutil.rmtree(old_tree, ignore_errors=True)
+    if args.warm:
+        report["warm_judge"] = warm_vs_fresh(PROBLEM, args.reps)
+        print(json.dumps({"warm_judge": report["warm_judge"]}, indent=1), flush=True)
     if args.baseline:
         d = args.out / "baselines"
         shutil.rmtree(d, ignore_errors=True)

@@ -104,6 +104,37 @@ def test_budget_counts_and_stops():
     assert u.input_tokens == 20 and u.cost is None and u.cached_calls == 1
 
 
+def test_patience_stops_after_judgments_that_kept_nothing():
+    u = Usage(Budget(calls=9, evals=9, wall_s=100), patience=2)
+    for improved in (True, False, True, False, False):
+        u.charge_eval()
+        u.judged(improved)
+    with pytest.raises(BudgetExhausted, match="patience"):
+        u.charge_eval()
+    assert (u.evals, u.stopped) == (5, "patience")
+    off = Usage(Budget(calls=9, evals=3, wall_s=100))  # patience 0: only the budget stops it
+    for _ in range(3):
+        off.charge_eval()
+        off.judged(False)
+    with pytest.raises(BudgetExhausted, match="evaluations"):
+        off.charge_eval()
+
+
+def test_leka_stops_when_its_patience_runs_out(tmp_path):
+    """Budget 6, patience 2: the start and a faster schedule improve, then a wrong answer and one that fails
+    at a step do not; LEKA stops there with budget left, and says why."""
+    run = tmp_path / "run"
+    with FakeLLM({MATMUL: [FAST, WRONG, BAD_STEP, FAST, FAST]}) as fake:
+        cfg = config(tmp_path, model=f"openai-compatible:{fake.openai_url}:local-model", budget=6, patience=2)
+        run_agents(run, [get_problem(MATMUL)], ["leka"], cfg)
+    trajectory, runs, results = steps(run, "leka")
+    usage = runs[(MATMUL, "leka")]["usage"]
+    assert usage["evals"] == 4 and usage["stopped"] == "patience", usage
+    assert [s.get("improved") for s in trajectory if s.get("kind") == "judge"] == [True, True, False, False]
+    assert any(s.get("kind") == "stop" and "patience" in s.get("why", "") for s in trajectory)
+    assert results[(MATMUL, 4)].correct
+
+
 def test_leka_with_a_scripted_model(tmp_path):
     """Answers that have no code, fail at a named step, are wrong, then correct and faster: LEKA feeds each
     verdict back, keeps only the correct and faster layer, and stays within the budget."""

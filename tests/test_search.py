@@ -104,6 +104,35 @@ def test_the_kernel_space_is_ranked_and_offers_distinct_layers():
     assert all(json.dumps(v.layers["target"]) != json.dumps(accepted["target"]) for v in targets)
 
 
+def test_later_layers_of_the_rules_starting_point_are_found_without_recording_the_space(monkeypatch):
+    """LEKA starts a kernel from the rules' schedule, a loop layer no proposal recorded: its memory and
+    target alternatives are found among a bounded number of recorded points (recording all 2,000 points of
+    logmel's padded GEMM took 320 s and found no memory alternative)."""
+    from types import SimpleNamespace
+
+    from edgekernelbench.agents.proposers import BuiltinProposer
+    from edgekernelbench.backends.registry import get_profile
+    from edgekernelbench.problems import get_problem
+    from edgekernelbench.search import variants
+    from edgekernelbench.search.kernels import kernels
+
+    pid = "L1/tiny_matmul_128"
+    (k,) = kernels(pid)
+    ep = SimpleNamespace(
+        problem=get_problem(pid), cfg=SimpleNamespace(backend=get_profile("host-cpu", 1), threads=1)
+    )
+    proposer = BuiltinProposer(ep)
+    start = proposer.start(k.name)
+    space = proposer.space(k.name)
+    monkeypatch.setattr(variants, "FIND_MAX", 4)
+    targets = list(space.alternatives("target", start, set()))
+    tile = variants._tile(next(cfg for cfg, v in space._recorded.items() if v is targets[0]))
+    assert sum(variants._tile(cfg) != tile for cfg in space._recorded) <= 4  # other tiles: at most FIND_MAX
+    assert targets and all(v.layers["loop"] == start["loop"] for v in targets)
+    assert not list(space.alternatives("memory", {}, set()))  # no loop layer: no point keeps that
+    assert not list(space.alternatives("target", {**start, "loop": [[["unknown"]], "sch"]}, set()))
+
+
 def test_the_graph_layer_relays_the_weights_once():
     """NHWC is offered for a convolution only, fast math for a softmax; the convolution's kernel re-laid
     out to HWIO runs in main_transform_params (once, at load time), and main takes the re-laid-out weight."""

@@ -30,8 +30,12 @@ class Usage:
     output_tokens: int = 0
     cost: float | None = 0.0  # None once a call's price is unknown
     cached_calls: int = 0
-    stopped: str = ""  # the limit that stopped the method ("evals", "calls", "wall"); "" if it finished
+    stopped: str = ""  # what stopped the method ("evals", "calls", "wall", "patience"); "" if it finished
     started: float = field(default_factory=time.monotonic)
+    # a method that sets it (LEKA) stops once this many judgments in a row have not improved its best
+    # (0: never); `since_improved` counts them
+    patience: int = 0
+    since_improved: int = 0
 
     @property
     def wall_s(self) -> float:
@@ -56,7 +60,14 @@ class Usage:
         if self.evals >= self.budget.evals:
             self.stopped = "evals"
             raise BudgetExhausted(f"all {self.budget.evals} judge evaluations are used")
+        if self.patience and self.since_improved >= self.patience:
+            self.stopped = "patience"
+            raise BudgetExhausted(f"no improvement in the last {self.since_improved} judgments (patience)")
         self.evals += 1
+
+    def judged(self, improved: bool) -> None:
+        """Records whether a charged judgment improved the method's best (for `patience`)."""
+        self.since_improved = 0 if improved else self.since_improved + 1
 
     def record_tokens(
         self, input_tokens: int | None, output_tokens: int | None, cost: float | None, cached: bool

@@ -46,6 +46,8 @@ class AgentConfig:
     kernel_db: Path | None = None  # None: kerneldb.default_db_path()
     reuse: bool = True  # LEKA replays stored decisions before it spends budget
     tune_trials: int | None = None  # MetaSchedule's measured trials per problem (None: budget.evals)
+    # LEKA stops after this many judgments in a row without a kept improvement (0: spends the budget)
+    patience: int = 8
 
 
 def score(res: Result) -> float | None:
@@ -127,6 +129,8 @@ class Episode:
             improved = s is not None and (self.best is None or s > self.best[2])
         if improved:
             self.best = (spec, res, s)
+        if charge:
+            self.usage.judged(improved)
         self.last, self.last_spec = res, spec
         self.record(
             kind="judge",

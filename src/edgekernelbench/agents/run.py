@@ -113,6 +113,7 @@ def run_agents(
                 "timing": asdict(cfg.timing),
                 "agent_cmd": cfg.agent_cmd,
                 "reuse": cfg.reuse,
+                "patience": cfg.patience,
             },
         )
         store.record_environment()  # the machine and software versions, for the report

@@ -63,6 +63,13 @@ from .common import _profiles, console
     "--kernel-db", type=click.Path(path_type=Path), default=None, help="Kernel database ($EKB_KERNEL_DB)."
 )
 @click.option("--no-reuse", is_flag=True, help="LEKA: do not replay decisions from the kernel database.")
+@click.option(
+    "--patience",
+    type=click.IntRange(0),
+    default=8,
+    show_default=True,
+    help="LEKA: stop after this many judgments in a row that kept nothing (0: spend the whole budget).",
+)
 @click.option("--temperature", type=float, default=0.2, show_default=True)
 @click.option("--no-cache", is_flag=True, help="Call the model again even for cached answers.")
 def agent_cmd(
@@ -82,6 +89,7 @@ def agent_cmd(
     agent_cmd,
     kernel_db,
     no_reuse,
+    patience,
     temperature,
     no_cache,
 ):
@@ -124,6 +132,7 @@ def agent_cmd(
         agent_cmd=agent_cmd,
         kernel_db=kernel_db,
         reuse=not no_reuse,
+        patience=patience,
     )
     console.print(
         f"ekb agent: {len(probs)} problem(s) x {', '.join(wanted)}; proposer {model or 'builtin (offline)'}; "

@@ -98,6 +98,7 @@ ACC_VECTORS = (2, 4, 6, 8, 12, 16, 24)  # vector accumulators of the register ti
 MAX_VECTORS = (1, 2, 4)  # vectors along the vectorized axis
 UNROLL_STEPS = (0, 16, 64, 256)  # the target layer's auto-unroll step
 TILE_STRATEGIES = ("tile+cache", "tile")
+FIND_MAX = 48  # points recorded at most to find the tile of a loop layer no proposal recorded
 ORDERS = ("rows", "panels")  # the tile loops' order
 
 
@@ -260,6 +261,34 @@ class KernelSpace:
                 self._built[cfg] = False
         return self._built[cfg]
 
+    def _find_tile(self, loop) -> tuple | None:
+        """The tile of the point whose loop layer is `loop` (e.g. the rules' starting point, recorded by no
+        proposal so far), looked for among the points most like the rules' defaults first (auto-unroll 64,
+        tile loops in rows, accumulators cached), recording at most FIND_MAX points: recording all of them
+        took 320 s on logmel_frontend_yamnet's padded GEMM (2,000 points) to find none."""
+        from .rules.primitives import AUTO_UNROLL_STEP
+
+        def like_default(item):
+            cost, cfg = item
+            return (
+                cfg.unroll_step != AUTO_UNROLL_STEP,
+                cfg.order != "rows",
+                cfg.strategy != "tile+cache",
+                cost,
+            )
+
+        left = FIND_MAX
+        for _, cfg in sorted(self.ranked, key=like_default):
+            if left <= 0:
+                break
+            if cfg not in self._recorded:
+                left -= 1
+            self._record(cfg)
+            tile = self._tile_of(loop)
+            if tile is not None:
+                return tile
+        return None
+
     def _tile_of(self, loop) -> tuple | None:
         """The tile parameters (`_tile`) of the point that recorded this loop layer; None when no recorded
         point did (a loop layer from elsewhere: every point is looked at)."""
@@ -274,7 +303,13 @@ class KernelSpace:
         """Points, cheapest first, that keep the accepted layers before `layer` and change `layer`, that
         build, and whose `layer` decisions are not in `tried` (keys from `layer_key`); each comes with its
         own later layers as a completion. Points that differ only in later layers are offered once."""
-        tile = self._tile_of(accepted.get("loop")) if layer != "loop" else None
+        tile = None
+        if layer != "loop":
+            if accepted.get("loop") is None:
+                return  # every point of the space has a loop layer: none keeps "no loop layer"
+            tile = self._tile_of(accepted["loop"]) or self._find_tile(accepted["loop"])
+            if tile is None:
+                return  # a loop layer from elsewhere that no point recorded so far shares
         for _, cfg in self.ranked:
             if tile is not None and _tile(cfg) != tile:
                 continue  # another tile: another loop layer than the accepted one (not recorded to see it)
