@@ -155,9 +155,10 @@ def main() -> int:
     ap.add_argument("--against", help="a git commit whose harness is measured side by side")
     ap.add_argument("--baseline", action="store_true", help="also time `ekb baseline` over L1")
     ap.add_argument("--warm", action="store_true", help="also judge with and without a warm judge")
+    ap.add_argument("--problem", default=PROBLEM, help="the problem whose reference is judged")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    report: dict = {"problem": PROBLEM, "reps": args.reps}
+    report: dict = {"problem": args.problem, "reps": args.reps}
     old_tree = None
     if args.against:
         old_tree = Path(tempfile.mkdtemp(prefix="ekb-old-"))
@@ -170,12 +171,12 @@ def main() -> int:
     try:
         rows: dict[str, list[float]] = {}
         for _ in range(args.reps):  # one of each per repetition, alternating: shared noise hits both
-            rows.setdefault("bare_compile_run_s", []).append(bare_compile_run(PROBLEM))
+            rows.setdefault("bare_compile_run_s", []).append(bare_compile_run(args.problem))
             for measure, name in ((False, "correctness_only"), (True, "full")):
-                rows.setdefault(f"evaluate_{name}_s", []).append(one_candidate(PROBLEM, measure))
+                rows.setdefault(f"evaluate_{name}_s", []).append(one_candidate(args.problem, measure))
                 if old_tree:
                     rows.setdefault(f"old_evaluate_{name}_s", []).append(
-                        one_candidate(PROBLEM, measure, old_tree / "src")
+                        one_candidate(args.problem, measure, old_tree / "src")
                     )
         report.update({k: summary(v) for k, v in rows.items()})
         for name in ("correctness_only", "full"):
@@ -196,7 +197,7 @@ def main() -> int:
             )
             shutil.rmtree(old_tree, ignore_errors=True)
     if args.warm:
-        report["warm_judge"] = warm_vs_fresh(PROBLEM, args.reps)
+        report["warm_judge"] = warm_vs_fresh(args.problem, args.reps)
         print(json.dumps({"warm_judge": report["warm_judge"]}, indent=1), flush=True)
     if args.baseline:
         d = args.out / "baselines"
