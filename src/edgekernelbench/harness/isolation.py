@@ -194,25 +194,37 @@ def _start(job: Job, job_dir: Path, limits: Limits, *, stdin=subprocess.DEVNULL,
     job.sandbox = {"read": iso.read, "write": iso.write, "landlock_abi": iso.landlock_abi}
     job_path, out_path = job_dir / "job.json", job_dir / "result.json"
     job_path.write_text(job.to_json())
-    if job.task in ("build", "evaluate"):
-        _export_graph(job, job_dir)
     log = job_dir.parent / f"{job_dir.name}.log"
-    if warm is not None:
+    if warm is not None:  # its children have the problem's graph already (the zygote's)
         iso.forked = True
         proc = warm.launch(job_path, out_path, log, job_dir, stdin=stdin == subprocess.PIPE)
         return Worker(proc, job_dir, log, iso, time.monotonic() + limits.timeout_s)
+    if job.task in ("build", "evaluate"):
+        _export_graph(job, job_dir)
     with open(log, "wb") as out:
-        proc = subprocess.Popen(
+        proc = _popen(
             [*prefix, sys.executable, "-m", "edgekernelbench.harness.worker", str(job_path), str(out_path)],
-            env=worker_env(job.threads, str(job_dir)),
-            cwd=job_dir,
+            job_dir,
+            job.threads,
+            limits,
             stdin=stdin,
             stdout=out,
             stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=_limit(limits.memory_mb, limits.address_space),
         )
     return Worker(proc, job_dir, log, iso, time.monotonic() + limits.timeout_s)
+
+
+def _popen(argv: list[str], home: Path, threads: int, limits: Limits, **streams) -> subprocess.Popen:
+    """A sandboxed process (a worker, or a warm judge's zygote): the clean environment with `home` as its
+    home and temporary directory, its own session, the limits, and death with this process."""
+    return subprocess.Popen(
+        argv,
+        env=worker_env(threads, str(home)),
+        cwd=home,
+        start_new_session=True,
+        preexec_fn=_limit(limits.memory_mb, limits.address_space),
+        **streams,
+    )
 
 
 def _wait(w: Worker, limits: Limits) -> tuple[bool, bool]:
@@ -544,15 +556,14 @@ def _start_warm(job: Job, limits: Limits, key: tuple):
         )
     )
     with open(home / "zygote.log", "wb") as err:
-        proc = subprocess.Popen(
+        proc = _popen(
             [*prefix, sys.executable, "-m", "edgekernelbench.harness.zygote", str(spec)],
-            env=worker_env(job.threads, str(home)),
-            cwd=home,
+            home,
+            job.threads,
+            limits,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=err,
-            start_new_session=True,
-            preexec_fn=_limit(limits.memory_mb, limits.address_space),
         )
     warm = WarmJudge(key, proc, home)
     why = warm.ready()
@@ -565,13 +576,10 @@ def _start_warm(job: Job, limits: Limits, key: tuple):
 def _judge_warm(job: Job, limits: Limits, tmp: Path) -> Result | None:
     """The job judged by processes forked from the thread's warm judge; None: not served by one (no warm
     judge, or it died during the job: the job is then judged again by fresh workers)."""
-    warm = _warm_for(job, limits)
-    if warm is None or not warm.lock.acquire(blocking=False):
+    warm = _warm_for(job, limits)  # the thread's own: no other thread uses it
+    if warm is None:
         return None
-    try:
-        res = _build_and_judge(job, limits, tmp, warm=warm)
-    finally:
-        warm.lock.release()
+    res = _build_and_judge(job, limits, tmp, warm=warm)
     if warm.dead:
         log.warning(
             "%s#%d: the warm judge ended mid-job; judged again by fresh workers", job.problem, job.sample

@@ -10,7 +10,6 @@ import os
 import select
 import signal
 import subprocess
-import threading
 import time
 from pathlib import Path
 
@@ -30,7 +29,6 @@ class WarmJudge:
         self.buf = b""
         self.next_id = 0
         self.dead = False
-        self.lock = threading.Lock()
 
     # the channel
     def _send(self, msg: dict) -> None:

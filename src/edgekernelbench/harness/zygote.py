@@ -102,7 +102,6 @@ class _Zygote:
         zygote = os.getpid()
         pid = os.fork()
         if pid == 0:
-            code = 125
             try:
                 _child(self.libc, req, stdin_r, [*self.own_fds(), *([stdin_w] if stdin_w else [])], zygote)
             except BaseException:  # noqa: BLE001 -- nothing may escape into the zygote's loop
@@ -111,7 +110,7 @@ class _Zygote:
 
                     traceback.print_exc()
             finally:
-                os._exit(code)
+                os._exit(125)
         self.children[pid] = str(req["id"])
         if stdin_r is not None:
             os.close(stdin_r)
@@ -201,10 +200,7 @@ def _child(libc, req: dict, stdin_r: int | None, close: list[int], zygote: int) 
             os.close(fd)
     os.chdir(req["cwd"])
     os.setsid()  # a process group of its own: kill(0, ...) in it reaches neither the zygote nor a sibling
-    if libc.unshare(CLONE_NEWPID | CLONE_NEWNS) != 0:
-        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWPID | CLONE_NEWNS)")
-    if libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) != 0:
-        raise OSError(ctypes.get_errno(), "mount: making / private")
+    _own_namespaces(libc)
     alive_r, alive_w = os.pipe()  # the first process's way to know its parent is still there
     pid = os.fork()
     if pid == 0:
@@ -224,9 +220,23 @@ def _child(libc, req: dict, stdin_r: int | None, close: list[int], zygote: int) 
     os._exit(code if code >= 0 else 128 - code)
 
 
+def _own_namespaces(libc) -> None:
+    """This process's next child starts a PID namespace of its own, in a mount namespace of its own whose
+    mounts stay private (its /proc is mounted there: `_mount_proc`). Raises OSError."""
+    if libc.unshare(CLONE_NEWPID | CLONE_NEWNS) != 0:
+        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWPID | CLONE_NEWNS)")
+    if libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) != 0:
+        raise OSError(ctypes.get_errno(), "mount: making / private")
+
+
+def _mount_proc(libc) -> bool:
+    """A /proc of this PID namespace's own, over the inherited one."""
+    return libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None) == 0
+
+
 def _first_process(libc, req: dict) -> int:
     """Process 1 of the child's PID namespace: a private /proc, then the worker's code on the job."""
-    if libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None) != 0:
+    if not _mount_proc(libc):
         print(f"warm judge: /proc not remounted: {os.strerror(ctypes.get_errno())}", file=sys.stderr)
         return 126
     os.environ["HOME"] = os.environ["TMPDIR"] = req["cwd"]
@@ -254,14 +264,13 @@ def _can_fork_children(libc) -> str | None:
         return f"the warm judge has {threads} threads after its imports: forking is not safe"
     pid = os.fork()
     if pid == 0:
-        ok = libc.unshare(CLONE_NEWPID | CLONE_NEWNS) == 0 and (
-            libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) == 0
-        )
-        if not ok:
+        try:
+            _own_namespaces(libc)
+        except OSError:
             os._exit(1)
         inner = os.fork()
         if inner == 0:
-            os._exit(0 if libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV, None) == 0 else 2)
+            os._exit(0 if _mount_proc(libc) else 2)
         _, st = os.waitpid(inner, 0)
         os._exit(os.waitstatus_to_exitcode(st))
     _, status = os.waitpid(pid, 0)
