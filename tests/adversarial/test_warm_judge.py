@@ -153,3 +153,38 @@ def test_a_problem_takes_the_graph_its_parent_built(tmp_path):
     assert twin.inputs == built.inputs
     assert not twin.adopt_graph(tmp_path)  # built already: kept
     assert not Problem(**{f: getattr(built, f) for f in fields}).adopt_graph(tmp_path / "none")
+
+
+def test_a_warm_judges_kernels_are_compiled_once_and_no_candidate_can_write_them(started):
+    """The judges of a warm judge compile a candidate's kernels into its kernel cache, each once; a
+    builder (the candidate's Python) can neither add nor replace an object file there, so the next
+    candidate links only what a judge compiled."""
+
+    def poison(cache, names) -> str:  # writes, or tries to, the object files there and one of its own
+        files = [str(cache / n) for n in ["evil.o", *names]]
+        return (
+            "out = []\n"
+            f"for f in {files!r}:\n"
+            "    try:\n"
+            "        open(f, 'wb').write(b'poison'); out.append('wrote ' + f)\n"
+            "    except OSError as e:\n"
+            "        out.append(type(e).__name__)\n" + tell("'; '.join(out)")
+        )
+
+    with warm_judge():
+        first = judge(attack("pass", RIGHT))
+        cache = started[0].kernel_cache
+        before = {p.name: p.read_bytes() for p in cache.glob("*.o")}
+        poisoned = judge(attack(poison(cache, before), RIGHT))
+        again = judge(attack("pass", RIGHT))
+        wrong = judge(attack("pass", WRONG))
+        after = {p.name: p.read_bytes() for p in cache.glob("*.o")}
+    assert first.correct and first.extra["kernel_cache"]["compiled"] >= 1, first.extra.get("kernel_cache")
+    assert first.extra["isolation"]["judge"]["write"] == ["job directory", "kernel cache"]
+    assert first.extra["isolation"]["builder"]["write"] == ["job directory"]
+    assert poisoned.reason == "parse_error", poisoned.detail
+    assert "wrote" not in poisoned.detail and poisoned.detail.count("PermissionError") == 1 + len(before)
+    assert again.correct and again.extra["kernel_cache"]["compiled"] == 0, again.extra.get("kernel_cache")
+    assert wrong.reason == "wrong_output" and wrong.extra["kernel_cache"]["compiled"] >= 1
+    assert before and all(after[name] == data for name, data in before.items())
+    assert not any(p.endswith("evil.o") for p in after)

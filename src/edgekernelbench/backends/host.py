@@ -85,6 +85,14 @@ class LocalBackend(Backend):
             kernels = KernelLibrary(graph)
         return Built(graph, kernels, time.perf_counter() - t0)
 
+    def build_linked(self, mod, library, extra_attrs=None) -> Built:
+        """`mod` built around kernels compiled already (backends/kernel_cache.py: compile_kernels)."""
+        from .kernel_cache import link
+
+        t0 = time.perf_counter()
+        graph = link(mod, self.target(extra_attrs), library)
+        return Built(graph, KernelLibrary(graph), time.perf_counter() - t0)
+
     def session(self) -> Session:
         return LocalSession(self.device())
 

@@ -5,8 +5,10 @@ parent, which spawns the worker."""
 from __future__ import annotations
 
 import logging
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 
@@ -220,7 +222,7 @@ def _run_job(job: Job, state: dict, module_source=None) -> Result:
     proxy = None
     if isinstance(backend, LocalBackend) and backend.profile.kind == "host":
         # the candidate's native code will run in its own process, forked now: one thread, no oracle yet
-        proxy, why = fork_runner(backend, session, reference, job.sandbox)
+        proxy, why = fork_runner(backend, session, reference, _runner_sandbox(job))
         state["proxy"] = proxy
         res.extra["runner"] = "separate process" if proxy else f"in the judge: {why}"
 
@@ -266,7 +268,9 @@ def _run_job(job: Job, state: dict, module_source=None) -> Result:
             return _done(res.failure("infra", oracle_error), t_start)
         res.oracle = oracle.name
         try:
-            res.compile_seconds, _ = proxy.load(mod, target_attrs)
+            library, compile_s = _compile_kernels(job, mod, backend, target_attrs, res)
+            res.compile_seconds, _ = proxy.load(mod, target_attrs, library)
+            res.compile_seconds += compile_s
         except ToolchainMissing as e:
             return _done(res.failure("infra", str(e)), t_start)
         except CandidateBuildError as e:
@@ -379,6 +383,41 @@ def _judge(job, res, runner, problem, oracle, session, baselines, backend, t_sta
             for name, runner_b in baseline_runners.items():
                 res.extra[f"kernels:{name}"] = runner_b.profile(inputs, profile_cfg)
     return _done(res, t_start)
+
+
+def _kernel_dir() -> Path:
+    """Where a judge with a kernel cache links its candidate's kernels: in its job directory (its temporary
+    directory: harness/worker.py), a folder its runner may read."""
+    return Path(tempfile.gettempdir()) / "kernels"
+
+
+def _runner_sandbox(job: Job) -> dict | None:
+    """The runner's Landlock rules: the judge's reads (and no writes: harness/runner.py), plus the folder
+    of its linked kernels when the judge compiles them (`_compile_kernels`)."""
+    if not job.sandbox or not job.kernel_cache:
+        return job.sandbox
+    _kernel_dir().mkdir(exist_ok=True)
+    return {**job.sandbox, "read": [*job.sandbox["read"], str(_kernel_dir())]}
+
+
+def _compile_kernels(job: Job, mod, backend, target_attrs, res: Result) -> tuple[str | None, float]:
+    """(library, seconds): the candidate's kernels compiled here, from the module this judge verified, each
+    once per warm judge (backends/kernel_cache.py); (None, 0): the runner builds the module whole. Raises
+    CandidateBuildError when a kernel does not compile."""
+    if not job.kernel_cache:
+        return None, 0.0
+    from ..backends.kernel_cache import compile_kernels
+
+    _kernel_dir().mkdir(exist_ok=True)
+    try:
+        got = compile_kernels(mod, backend.target(target_attrs), Path(job.kernel_cache), _kernel_dir())
+    except Exception as e:
+        raise CandidateBuildError(last_line(e) + "\n" + str(e)[-3000:]) from None
+    if got is None:
+        return None, 0.0
+    library, seconds, counts = got
+    res.extra["kernel_cache"] = counts
+    return str(library), seconds
 
 
 _TVM_DEFAULT: dict = {}

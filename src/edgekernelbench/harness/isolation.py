@@ -191,6 +191,9 @@ def _start(job: Job, job_dir: Path, limits: Limits, *, stdin=subprocess.DEVNULL,
     remote = bool(profile and (job.tracker or profile.run == "remote"))
     gpu = bool(profile and profile.uses_local_gpu(job.tracker))
     prefix, iso = plan(str(job_dir), network=remote, extra_read=_readable(job), gpu=gpu)
+    if warm is not None and job.task == "evaluate":  # a judge: it may also write its warm judge's kernels
+        job.kernel_cache = iso.kernel_cache = str(warm.kernel_cache)
+        iso.write.append(job.kernel_cache)
     job.sandbox = {"read": iso.read, "write": iso.write, "landlock_abi": iso.landlock_abi}
     job_path, out_path = job_dir / "job.json", job_dir / "result.json"
     job_path.write_text(job.to_json())
@@ -544,6 +547,7 @@ def _start_warm(job: Job, limits: Limits, key: tuple):
         shutil.rmtree(home, ignore_errors=True)
         return None, "no namespaces here: " + "; ".join(iso.weaker)
     spec = home / "preload.json"
+    (home / "kernels").mkdir(mode=0o700)  # its judges' kernel cache (backends/kernel_cache.py)
     _export_graph(job, home)
     spec.write_text(
         json.dumps(

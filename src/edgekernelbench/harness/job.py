@@ -39,6 +39,9 @@ class Job:
     # the backend's profile as the parent resolved it (BackendProfile.to_dict, with `threads`): the worker
     # builds its backend from it; None (a Job written by hand): looked up by `backend` name
     backend_profile: dict | None = None
+    # a warm judge's kernel cache (backends/kernel_cache.py): the judge compiles the candidate's kernels
+    # one by one, each once per cache, and its runner links the graph with them; None: the runner builds
+    kernel_cache: str | None = None
 
     def resolved_profile(self):
         """The BackendProfile this job runs on: the parent's (backend_profile), else looked up by name."""

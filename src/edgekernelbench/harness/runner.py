@@ -179,7 +179,10 @@ def _serve(sock: socket.socket, backend, session, reference) -> None:
             if op == "load":
                 mod = tvm.ir.load_json(req["module"])
                 try:
-                    built = backend.build(mod, req.get("target_attrs") or {})
+                    if req.get("library"):  # its kernels compiled by the judge (backends/kernel_cache.py)
+                        built = backend.build_linked(mod, req["library"], req.get("target_attrs") or {})
+                    else:
+                        built = backend.build(mod, req.get("target_attrs") or {})
                 except ToolchainMissing as e:
                     send(sock, {"error": "toolchain", "detail": str(e)})
                     continue
@@ -301,10 +304,15 @@ class RunnerProxy:
             return f"signal {signal.Signals(os.WTERMSIG(status)).name}"
         return f"exit code {os.WEXITSTATUS(status)}"
 
-    def load(self, mod, target_attrs: dict) -> tuple[float, dict]:
+    def load(self, mod, target_attrs: dict, library: str | None = None) -> tuple[float, dict]:
+        """Builds and loads the candidate in the runner; `library`: its kernels compiled already (by the
+        judge: backends/kernel_cache.py), the runner only links the graph with them."""
         import tvm
 
-        rep, _ = self._call({"op": "load", "module": tvm.ir.save_json(mod), "target_attrs": target_attrs})
+        module = tvm.ir.save_json(mod)
+        rep, _ = self._call(
+            {"op": "load", "module": module, "target_attrs": target_attrs, "library": library}
+        )
         return float(rep.get("seconds", 0.0)), {}
 
     def pin(self, cpu: int) -> None:

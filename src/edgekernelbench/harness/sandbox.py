@@ -184,11 +184,14 @@ class Isolation:
     # forked from a warm judge (harness/zygote.py) into PID and mount namespaces of its own, rather than
     # started as a fresh process
     forked: bool = False
+    kernel_cache: str = ""  # a warm judge's judge also writes its kernel cache (backends/kernel_cache.py)
 
     def describe(self) -> dict:
         d = asdict(self)
         d.pop("read")
         d["write"] = ["job directory"] if self.write else []
+        if d.pop("kernel_cache"):
+            d["write"].append("kernel cache")
         return d
 
 

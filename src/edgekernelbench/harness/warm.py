@@ -25,6 +25,8 @@ class WarmJudge:
 
     def __init__(self, key, proc: subprocess.Popen, home: Path):
         self.key, self.proc, self.home = key, proc, home
+        # compiled kernels of its judges' candidates (backends/kernel_cache.py): only its judges write here
+        self.kernel_cache = home / "kernels"
         self.exits: dict[str, int] = {}
         self.buf = b""
         self.next_id = 0

@@ -1,0 +1,91 @@
+"""A candidate's kernels compiled one by one, each at most once per cache: the host CPU's build for a search.
+
+A search judges candidates that differ from the best one in a single kernel, and `tvm.compile` compiles
+every kernel of the graph again: for resnet8_ic (26 PrimFuncs) 2.4 s of LLVM plus 1.5 s of code
+generation at first use, when the one kernel that changed takes 0.1-0.6 s. Here the graph is lowered as
+`tvm.compile` lowers it (the Relax pipeline and the VM's code generation, 0.03 s), each PrimFunc is compiled
+alone to an object file kept under the digest of its lowered TIR and the target, and the objects are linked
+into one shared library; the VM is linked with that library (`link`).
+
+Who may write a cache matters: an object file in it runs in every later candidate's process. The judge
+compiles (harness/evaluate.py), from a module it verified, and only the judges of one warm judge
+(harness/zygote.py) can write its cache (their Landlock rules); a builder, which runs the candidate's
+Python, and the candidate's own process (harness/runner.py) cannot.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+
+LIBRARY = "kernels.so"
+
+
+def _lowered(mod, target):
+    """(the VM's ExecBuilder, the lowered PrimFuncs, constants) as tvm.compile has them before it builds
+    the PrimFuncs; None where the module carries external libraries (BYOC): those build the whole way."""
+    from tvm import relax
+    from tvm.relax import vm_build
+
+    with target:
+        lowered = relax.get_pipeline("default_build")(mod)
+    attrs = dict(lowered.attrs) if lowered.attrs else {}
+    if attrs.get("external_mods"):
+        return None
+    builder = relax.ExecBuilder()
+    lowered = vm_build._vmcodegen(builder, lowered, "bytecode")
+    return builder, vm_build._filter_tir(lowered), dict(attrs.get("const_name_to_constant", {}))
+
+
+def _digest(func_json: str, target) -> str:
+    import tvm
+
+    key = json.dumps([tvm.__version__, str(target), str(target.host), func_json])
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def compile_kernels(mod, target, cache: Path, out_dir: Path) -> tuple[Path, float, dict] | None:
+    """Compiles `mod`'s kernels for `target` into out_dir/kernels.so, each kernel taken from `cache` when
+    an earlier build compiled it. Returns (library, seconds, {"kernels", "compiled"}); None: `mod` is built
+    whole (external libraries, or no C compiler here to link with). Raises what TVM's build raises (the
+    candidate's compile error)."""
+    import tvm
+    from tvm.support import cc
+
+    t0 = time.perf_counter()
+    if cc.get_cc() is None:
+        return None
+    lowered = _lowered(mod, target)
+    if lowered is None:
+        return None
+    _, tir, _ = lowered
+    objects, compiled = [], 0
+    for gv in tir.get_global_vars():
+        one = tvm.IRModule({gv: tir[gv]})
+        obj = cache / f"{_digest(tvm.ir.save_json(one), target)}.o"
+        if not obj.is_file():
+            tmp = out_dir / f"{obj.stem}.o"
+            tvm.tirx.build(one, target=target).write_to_file(str(tmp))
+            os.replace(tmp, obj)  # whole or not at all: a judge killed mid-write leaves no half object
+            compiled += 1
+        objects.append(str(obj))
+    library = out_dir / LIBRARY
+    cc.create_shared(str(library), objects)
+    return library, time.perf_counter() - t0, {"kernels": len(objects), "compiled": compiled}
+
+
+def link(mod, target, library: Path):
+    """The VM executable of `mod` whose kernels are those of `library` (compile_kernels' output)."""
+    import tvm
+    from tvm import relax
+    from tvm.relax import vm_build
+
+    lowered = _lowered(mod, target)
+    if lowered is None:
+        raise ValueError("a module with external libraries is built whole")
+    builder, _, constants = lowered
+    lib = tvm.runtime.load_module(str(library))
+    return relax.VMExecutable(vm_build._ffi_api.VMLink(builder, target, lib, [], constants))
