@@ -3,7 +3,10 @@ cache, linked into a graph that computes what the whole build computes."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
+import pytest
 
 from edgekernelbench.backends.kernel_cache import compile_kernels
 from edgekernelbench.backends.registry import backend_for, get_profile
@@ -49,3 +52,34 @@ def test_kernels_are_compiled_once_per_cache_and_the_linked_graph_computes_what_
     other = tvm.target.Target({**target.export(), "opt-level": 2})
     _, _, retarget = compile_kernels(mod, other, cache, out)
     assert retarget["compiled"] == retarget["kernels"], retarget
+
+
+def test_a_judge_whose_cache_cannot_be_written_leaves_the_build_to_the_runner(tmp_path, monkeypatch):
+    """A cache the judge cannot write (here: a file where the folder should be) is this machine's fault,
+    not the candidate's: the judge hands no library to the runner (which then builds the module whole)
+    and the result says why; with a usable cache it hands over the linked kernels."""
+    import tempfile
+
+    from edgekernelbench.backends.kernel_cache import CacheUnavailable
+    from edgekernelbench.harness import evaluate
+    from edgekernelbench.harness.job import Job
+    from edgekernelbench.records import Result
+
+    problem = get_problem("L1/tiny_scale_add")
+    backend = backend_for(get_profile("host-cpu", threads=1))
+    mod = tvm_default_module(build_reference(problem).module, backend.target())
+    not_a_dir = tmp_path / "cache"
+    not_a_dir.write_text("")
+    with pytest.raises(CacheUnavailable):
+        compile_kernels(mod, backend.target(), not_a_dir, tmp_path)
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the judge's job directory
+    job = Job(problem=problem.id, sample=0, backend="host-cpu", spec={}, kernel_cache=str(not_a_dir))
+    res = Result(problem.id, 0, "host-cpu")
+    assert evaluate._compile_kernels(job, mod, backend, {}, res) == (None, 0.0)
+    assert res.extra["kernel_cache"]["unused"].startswith("writing "), res.extra["kernel_cache"]
+    (tmp_path / "good").mkdir()
+    job.kernel_cache, res = str(tmp_path / "good"), Result(problem.id, 0, "host-cpu")
+    library, seconds = evaluate._compile_kernels(job, mod, backend, {}, res)
+    assert Path(library) == tmp_path / "kernels" / "kernels.so" and Path(library).is_file() and seconds > 0
+    assert res.extra["kernel_cache"]["compiled"] >= 1

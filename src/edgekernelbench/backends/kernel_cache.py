@@ -40,10 +40,16 @@ def _lowered(mod, target):
     return builder, vm_build._filter_tir(lowered), dict(attrs.get("const_name_to_constant", {}))
 
 
+class CacheUnavailable(RuntimeError):
+    """The cache could not be written or its objects linked (this machine's fault, not the candidate's)."""
+
+
 def _digest(func_json: str, target) -> str:
+    """The cache's name for a kernel: its lowered TIR, every attribute of the target (and host) and TVM's
+    version; two builds share an object file only when all of them are equal."""
     import tvm
 
-    key = json.dumps([tvm.__version__, str(target), str(target.host), func_json])
+    key = json.dumps([tvm.__version__, target.export(), func_json], sort_keys=True, default=str)
     return hashlib.sha256(key.encode()).hexdigest()
 
 
@@ -51,7 +57,7 @@ def compile_kernels(mod, target, cache: Path, out_dir: Path) -> tuple[Path, floa
     """Compiles `mod`'s kernels for `target` into out_dir/kernels.so, each kernel taken from `cache` when
     an earlier build compiled it. Returns (library, seconds, {"kernels", "compiled"}); None: `mod` is built
     whole (external libraries, or no C compiler here to link with). Raises what TVM's build raises (the
-    candidate's compile error)."""
+    candidate's compile error), or CacheUnavailable."""
     import tvm
     from tvm.support import cc
 
@@ -67,13 +73,20 @@ def compile_kernels(mod, target, cache: Path, out_dir: Path) -> tuple[Path, floa
         one = tvm.IRModule({gv: tir[gv]})
         obj = cache / f"{_digest(tvm.ir.save_json(one), target)}.o"
         if not obj.is_file():
+            built = tvm.tirx.build(one, target=target)
             tmp = out_dir / f"{obj.stem}.o"
-            tvm.tirx.build(one, target=target).write_to_file(str(tmp))
-            os.replace(tmp, obj)  # whole or not at all: a judge killed mid-write leaves no half object
+            try:
+                built.write_to_file(str(tmp))
+                os.replace(tmp, obj)  # whole or not at all: a judge killed mid-write leaves no half object
+            except Exception as e:
+                raise CacheUnavailable(f"writing {obj.name}: {e}") from e
             compiled += 1
         objects.append(str(obj))
     library = out_dir / LIBRARY
-    cc.create_shared(str(library), objects)
+    try:
+        cc.create_shared(str(library), objects)
+    except Exception as e:
+        raise CacheUnavailable(f"linking the kernels: {str(e).strip().splitlines()[-1:]}") from e
     return library, time.perf_counter() - t0, {"kernels": len(objects), "compiled": compiled}
 
 

@@ -403,14 +403,18 @@ def _runner_sandbox(job: Job) -> dict | None:
 def _compile_kernels(job: Job, mod, backend, target_attrs, res: Result) -> tuple[str | None, float]:
     """(library, seconds): the candidate's kernels compiled here, from the module this judge verified, each
     once per warm judge (backends/kernel_cache.py); (None, 0): the runner builds the module whole. Raises
-    CandidateBuildError when a kernel does not compile."""
+    CandidateBuildError when a kernel does not compile; where the cache cannot be written or linked, the
+    runner builds the module whole (extra["kernel_cache"] says why)."""
     if not job.kernel_cache:
         return None, 0.0
-    from ..backends.kernel_cache import compile_kernels
+    from ..backends.kernel_cache import CacheUnavailable, compile_kernels
 
     _kernel_dir().mkdir(exist_ok=True)
     try:
         got = compile_kernels(mod, backend.target(target_attrs), Path(job.kernel_cache), _kernel_dir())
+    except CacheUnavailable as e:
+        res.extra["kernel_cache"] = {"unused": str(e)}
+        return None, 0.0
     except Exception as e:
         raise CandidateBuildError(last_line(e) + "\n" + str(e)[-3000:]) from None
     if got is None:
