@@ -86,7 +86,8 @@ def compile_kernels(mod, target, cache: Path, out_dir: Path) -> tuple[Path, floa
     try:
         cc.create_shared(str(library), objects)
     except Exception as e:
-        raise CacheUnavailable(f"linking the kernels: {str(e).strip().splitlines()[-1:]}") from e
+        why = (str(e).strip().splitlines() or [type(e).__name__])[-1]
+        raise CacheUnavailable(f"linking the kernels: {why}") from e
     return library, time.perf_counter() - t0, {"kernels": len(objects), "compiled": compiled}
 
 

@@ -547,7 +547,6 @@ def _start_warm(job: Job, limits: Limits, key: tuple):
         shutil.rmtree(home, ignore_errors=True)
         return None, "no namespaces here: " + "; ".join(iso.weaker)
     spec = home / "preload.json"
-    (home / "kernels").mkdir(mode=0o700)  # its judges' kernel cache (backends/kernel_cache.py)
     _export_graph(job, home)
     spec.write_text(
         json.dumps(

@@ -27,6 +27,7 @@ class WarmJudge:
         self.key, self.proc, self.home = key, proc, home
         # compiled kernels of its judges' candidates (backends/kernel_cache.py): only its judges write here
         self.kernel_cache = home / "kernels"
+        self.kernel_cache.mkdir(mode=0o700, exist_ok=True)
         self.exits: dict[str, int] = {}
         self.buf = b""
         self.next_id = 0
