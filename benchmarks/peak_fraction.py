@@ -8,7 +8,9 @@ problem's reference, never a candidate's own code) is built for this host, its k
 through main to get each call's arguments, and every compute-bound kernel call -- operator class conv2d,
 pointwise, matmul or contraction (dense at batch > 4 is "matmul") whose arithmetic intensity puts it under
 the compute roof of the run's peak record -- is timed in the same interleaved rounds as the peak FLOP/s
-micro-kernel (backends/peak.py: the harness's timing protocol, 1 thread). Per kernel it prints:
+micro-kernel (backends/peak.py: the harness's timing protocol, 1 thread); the u8 x s8 dot-product kernels
+of the Int8DotProduct graph (ir/int8_dot.py, on a CPU with VNNI) likewise against the int8 peak's
+micro-kernel (vpdpbusd), their roof the run's "int8_ops" (else measured here). Per kernel it prints:
 
 - "vs ceiling": FLOP/s at the kernel's median over the run's recorded peak, a best-of-7 figure (the
   roofline column of the reports, a conservative ceiling: on a shared machine a median is slower than a
@@ -32,11 +34,12 @@ import numpy as np
 from stability import cpu_model  # benchmarks/stability.py, beside this script
 
 from edgekernelbench.backends.host import evaluator_timer
-from edgekernelbench.backends.peak import peak_contender
+from edgekernelbench.backends.peak import int8_contender, measure_int8_ops, peak_contender
 from edgekernelbench.harness.timing import TimingConfig, fraction_of_peak, time_interleaved
 from edgekernelbench.metrics import roofline
 from edgekernelbench.problems import get_problem
 from edgekernelbench.search.rules import analyze, build_target
+from edgekernelbench.search.rules.dot import is_dot
 from edgekernelbench.store import RunStore
 
 COMPUTE_CLASSES = ("conv2d", "pointwise", "matmul", "contraction")
@@ -107,6 +110,7 @@ def measure(problem, spec, peak: dict, cfg: TimingConfig, min_share: float) -> l
         target = tvm.target.Target({**target.export(), **spec.decisions.target_attrs})
     calls = kernel_calls(problem, spec, target)
     peak_run, peak_flops = peak_contender(target)
+    int8 = int8_contender(target)  # (run, int8 ops per call), or None without VNNI
     # each call's share of the candidate's time, from one short interleaved pass over all of them
     quick = time_interleaved(
         {f"{i}:{n}": evaluator_timer(lib.mod, n, dev, a) for i, (n, _, lib, a) in enumerate(calls)},
@@ -128,39 +132,44 @@ def measure(problem, spec, peak: dict, cfg: TimingConfig, min_share: float) -> l
         except Exception:  # noqa: BLE001 -- an opaque kernel: not a contraction
             facts, op_class = None, "opaque"
         flops = kernel_flops(func)
-        if op_class not in COMPUTE_CLASSES or not flops or share < min_share:
+        dot = facts is not None and is_dot(facts)  # u8 x s8 dot products (VNNI): against the int8 peak
+        if (op_class not in COMPUTE_CLASSES and not dot) or not flops or share < min_share:
             continue
-        if facts.block(facts.main).dtype != "float32":
-            continue  # integer (or other) arithmetic: the float32 FMA peak is not its roof
+        if not dot and facts.block(facts.main).dtype != "float32":
+            continue  # integer arithmetic without dot products: neither peak is its roof
+        if dot and int8 is None:
+            continue
         nbytes = float(sum(a.numpy().nbytes for a in call_args))
         out_bytes = float(call_args[-1].numpy().nbytes)
+        contender, contender_ops = int8 if dot else (peak_run, peak_flops)
+        roof = (peak.get("int8_ops") or measure_int8_ops(target)) if dot else peak["flops"]
         times = time_interleaved(
-            {"kernel": evaluator_timer(lib.mod, name, dev, call_args), "peak": peak_run}, cfg
+            {"kernel": evaluator_timer(lib.mod, name, dev, call_args), "peak": contender}, cfg
         )
         line = roofline(
             flops,
             nbytes,
             times["kernel"].median,
-            peak["flops"],
+            roof,
             peak["bandwidth"],
             peak.get("levels"),
             out_bytes,
         )
-        frac, lo, hi = fraction_of_peak(times["kernel"], flops, times["peak"], peak_flops)
+        frac, lo, hi = fraction_of_peak(times["kernel"], flops, times["peak"], contender_ops)
         rows.append(
             {
                 "problem": problem.id,
                 "kernel": name,
-                "class": op_class,
+                "class": "dot (int8)" if dot else op_class,
                 "share": share,
                 "mflop": flops / 1e6,
                 "intensity": line.intensity,
                 "bound": line.bound,
                 "gflops": flops / times["kernel"].median / 1e9,
-                "vs_ceiling": flops / times["kernel"].median / peak["flops"],
+                "vs_ceiling": flops / times["kernel"].median / roof,
                 "side_by_side": frac,
                 "ci": (lo, hi),
-                "peak_gflops": peak_flops / times["peak"].median / 1e9,
+                "peak_gflops": contender_ops / times["peak"].median / 1e9,
             }
         )
     return rows

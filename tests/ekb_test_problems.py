@@ -65,6 +65,43 @@ _fixture(
 )
 
 
+# MatMulInteger in the two forms the Int8DotProduct graph pass (ir/int8_dot.py) shifts: int8 activations
+# (a batch of 2 x 8 rows) times uint8 weights, both zero points off zero; and u8 x s8 near the extremes with
+# 16 output columns (one VNNI vector), whose 16-bit pair sums would saturate.
+def _matmulint_i8_u8w(g):
+    a = g.input("a", (2, 8, 24), "int8", dist="int")
+    w = g.tensor(np.random.default_rng(11).integers(0, 256, (24, 32)).astype(np.uint8), "q")
+    g.output(g.node("MatMulInteger", [a, w, g.const(-5, "int8"), g.const(131, "uint8")]))
+
+
+_fixture(
+    "L1/tiny_matmulint_i8_u8w",
+    "sensors",
+    "int8",
+    "test fixture: int8 (2x8x24, zero point -5) @ uint8 (24x32, zero point 131) -> int32, MatMulInteger",
+    _matmulint_i8_u8w,
+    atol=0.0,
+    rtol=0.0,
+)
+
+
+def _matmulint_saturating_16(g):
+    a = g.input("a", (6, SATURATING_K), "uint8", dist="int", low=240, high=255)
+    w = g.tensor(np.concatenate([saturating_weights(), -saturating_weights()], axis=1), "q")
+    g.output(g.node("MatMulInteger", [a, w, g.const(3, "uint8"), g.const(0, "int8")]))
+
+
+_fixture(
+    "L1/tiny_matmulint_saturating_16",
+    "sensors",
+    "int8",
+    "test fixture: uint8 (6x32, near 255, zero point 3) @ int8 (32x16, near +-127) -> int32, MatMulInteger",
+    _matmulint_saturating_16,
+    atol=0.0,
+    rtol=0.0,
+)
+
+
 def _matmul_128(g):
     x = g.input("x", (128, 128))
     g.output(g.node("MatMul", [x, g.weight((128, 128))]))

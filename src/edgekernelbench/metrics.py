@@ -481,16 +481,20 @@ def roofline(
     return r
 
 
-def result_roofline(result: Result, peak: dict | None, bytes_written: float | None = None) -> dict | None:
+def result_roofline(
+    result: Result, peak: dict | None, bytes_written: float | None = None, integer: bool = False
+) -> dict | None:
     """`roofline` of a timed, correct result on a backend's peak record (runs.backend_peak: "flops",
-    "bandwidth", "levels"), as the dict kept in ``Result.extra["roofline"]``; None when it has no time."""
+    "bandwidth", "levels", "int8_ops"), as the dict kept in ``Result.extra["roofline"]``; None when it has
+    no time. `integer`: the problem computes on 8-bit integers (Problem.integer), whose compute roof is the
+    backend's int8 dot-product peak where it has one ("int8_ops": VNNI), else its float FLOP/s."""
     if not (peak and result.correct and result.runtime):
         return None
     return roofline(
         result.flops,
         result.bytes,
         result.runtime.median,
-        peak["flops"],
+        (peak.get("int8_ops") if integer else None) or peak["flops"],
         peak["bandwidth"],
         peak.get("levels"),  # absent in records from before per-level peaks
         bytes_written,

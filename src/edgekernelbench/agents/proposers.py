@@ -67,7 +67,7 @@ class BuiltinProposer:
 
     def graphs(self) -> list[tuple[str, list[dict]]]:
         """The graph layer's alternatives to the reference's graph: (label, passes)."""
-        return graph_alternatives(self.ep.problem)
+        return graph_alternatives(self.ep.problem, self.ep.cfg.backend)
 
     def target_options(self) -> list[tuple[str, dict]]:
         """Whole-module target decisions to judge after the graph layer: (label, target attributes)."""

@@ -83,7 +83,8 @@ def _store_final(store, run_dir: Path, label: str, spec, res, cfg: AgentConfig, 
     os.replace(tmp, path)
     res = copy.deepcopy(res)
     res.sample, res.method, res.candidate, res.spec_hash = k, spec.method, str(path), spec.hash()
-    roof = metrics.result_roofline(res, cfg.peak, get_problem(res.problem).cost.bytes_written)
+    problem = get_problem(res.problem)
+    roof = metrics.result_roofline(res, cfg.peak, problem.cost.bytes_written, problem.integer)
     if roof:
         res.extra["roofline"] = roof
     store.put(res)

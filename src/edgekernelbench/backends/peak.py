@@ -27,7 +27,7 @@ import logging
 import math
 import re
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -53,6 +53,9 @@ class Peak:
     # read+write stream, "read_bandwidth": bytes/s of the read-only sum (CPU only), "working_set": bytes
     # the kernels kept there}; () in records from before levels existed
     levels: tuple = field(default=())
+    # int8 ops/s (2 per multiply-add) of the u8 x s8 dot-product instruction, where the target has one (x86
+    # VNNI: vpdpbusd, `_dot_kernel`); None elsewhere: integer problems are then held to `flops`
+    int8_ops: float | None = None
 
 
 @dataclass(frozen=True)
@@ -212,6 +215,76 @@ def _fma_kernel(chains: int, lanes: int, iters: int):
                     ) + X[1] * T.float32(0.5)
 
     return fma
+
+
+def _dot_kernel(chains: int, iters: int):
+    """`chains` independent int32x16 accumulators, each updated by vpdpbusd (64 u8 x s8 products summed 4
+    by 4 into 16 lanes) per iteration, in place in the noalias buffer A (kept in registers, like
+    `_fma_kernel`'s chains); the bytes multiplied come from X (loop-invariant, loaded once)."""
+    from tvm.script import tirx as T
+
+    n = chains * DOT_LANES
+
+    @T.prim_func
+    def dot(A: T.Buffer((n,), "int32"), X: T.Buffer((2 * DOT_BYTES,), "int8")):
+        T.func_attr({"tirx.noalias": True})
+        for _ in range(iters):
+            for c in T.unroll(chains):
+                A[T.ramp(c * DOT_LANES, 1, DOT_LANES)] = T.call_llvm_pure_intrin(
+                    T.llvm_lookup_intrinsic_id("llvm.x86.avx512.vpdpbusd.512"),
+                    A[T.ramp(c * DOT_LANES, 1, DOT_LANES)],
+                    X[T.ramp(0, 1, DOT_BYTES)],
+                    X[T.ramp(DOT_BYTES, 1, DOT_BYTES)],
+                    dtype="int32x16",
+                )
+
+    return dot
+
+
+DOT_LANES, DOT_BYTES = 16, 64  # int32 lanes of one vpdpbusd, and the bytes of each of its two operands
+
+
+def measure_int8_ops(target, chains: int = 12, iters: int = 100_000) -> float | None:
+    """int8 ops/s of one core's dot-product instruction (2 per multiply-add: vpdpbusd does 64), the best of
+    7 calls, on a target with VNNI (this machine's CPU); None without it."""
+    import tvm
+
+    from ..ir.int8_dot import target_has_vnni
+
+    target = tvm.target.Target(target) if isinstance(target, dict) else target
+    if not target_has_vnni(target):
+        return None
+    mod, args, ops = _dot_build(target, chains, iters)
+    t = min(mod.time_evaluator("main", tvm.cpu(0), number=1, repeat=7)(*args).results)
+    return ops / t
+
+
+def _dot_build(target, chains: int = 12, iters: int = 100_000):
+    """`_dot_kernel` built for `target` (on this CPU): (runtime module, its arguments, int8 ops per call)."""
+    import numpy as np
+    import tvm
+
+    func = _dot_kernel(chains, iters).with_attr("global_symbol", "main")
+    ex = tvm.compile(tvm.IRModule({"main": func}), target)
+    dev = tvm.cpu(0)
+    a = tvm.runtime.tensor(np.zeros(chains * DOT_LANES, "int32"), dev)
+    x = tvm.runtime.tensor(np.ones(2 * DOT_BYTES, "int8"), dev)
+    return ex.mod, [a, x], 2.0 * DOT_BYTES * chains * iters
+
+
+def int8_contender(target):
+    """`measure_int8_ops`'s micro-kernel as a contender of harness.timing's protocol (like `peak_contender`)
+    and its int8 ops per call; None on a target without VNNI."""
+    import tvm
+
+    from ..ir.int8_dot import target_has_vnni
+    from .host import evaluator_timer
+
+    target = tvm.target.Target(target) if isinstance(target, dict) else target
+    if not target_has_vnni(target):
+        return None
+    mod, args, ops = _dot_build(target)
+    return evaluator_timer(mod, "main", tvm.cpu(0), args), ops
 
 
 def _stream_kernel(threads: int):
@@ -423,7 +496,9 @@ def measure_peak(
     levels = cache_levels(threads, caches, sysfs) if cpu else []
     k = _build(target, lanes, mib, threads, levels)
     read = k.read.mod if k.read is not None else None
-    return _time(k.fma.mod, k.scale.mod, k, threads, dev, target_dict, Peak.source, read)
+    peak = _time(k.fma.mod, k.scale.mod, k, threads, dev, target_dict, Peak.source, read)
+    int8 = measure_int8_ops(target) if cpu and threads == 1 else None  # one core's; the kernel is serial
+    return replace(peak, int8_ops=int8) if int8 else peak
 
 
 def peak_contender(target, lanes: int = 16):

@@ -39,6 +39,8 @@ GRAPH_PASSES = {  # Relax passes a graph-layer decision may name, with the args 
     "CombineParallelMatmul": (),
     "FastMathTransform": (),
 }
+# the project's own graph passes (name -> (factory, args)): ir/int8_dot.py
+PROJECT_PASSES = {"Int8DotProduct": ("int8_dot_pass", ())}
 
 
 def workload_key(func) -> str:
@@ -81,6 +83,9 @@ def apply_trace(func, trace: list, func_name: str, where=None):
     """Replays `trace` on a fresh schedule of `func`; a failure names the step that did not apply."""
     from tvm import s_tir
 
+    from .int8_dot import register_intrinsics
+
+    register_intrinsics()  # a trace may tensorize with the project's intrinsics
     mod = _as_main(func)
     try:
         sch = s_tir.Schedule(mod)
@@ -218,18 +223,24 @@ def apply_graph_decisions(problem, passes: list[dict]):
     seq = []
     for p in passes:
         name, args = p.get("name"), p.get("args", {})
-        if name not in GRAPH_PASSES:
+        allowed = GRAPH_PASSES.get(name) if name not in PROJECT_PASSES else PROJECT_PASSES[name][1]
+        if allowed is None:
             raise DecisionError(
                 "main",
                 "graph",
                 passes.index(p),
                 str(name),
-                f"unknown graph pass; allowed: {sorted(GRAPH_PASSES)}",
+                f"unknown graph pass; allowed: {sorted(GRAPH_PASSES) + sorted(PROJECT_PASSES)}",
             )
-        bad = set(args) - set(GRAPH_PASSES[name])
+        bad = set(args) - set(allowed)
         if bad:
             raise DecisionError("main", "graph", passes.index(p), name, f"unknown arguments {sorted(bad)}")
-        seq.append(getattr(relax.transform, name)(**args))
+        if name in PROJECT_PASSES:
+            from . import int8_dot
+
+            seq.append(getattr(int8_dot, PROJECT_PASSES[name][0])(**args))
+        else:
+            seq.append(getattr(relax.transform, name)(**args))
     if "params" in mod["main"].attrs:
         seq.append(relax.transform.LiftTransformParams())
     try:

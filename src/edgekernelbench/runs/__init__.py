@@ -234,7 +234,8 @@ def eval_run(
                 on_start(backend, len(todo))
             peak = backend_peak(store, cfg.profile(backend), cfg.threads) if cfg.measure and todo else None
             for _ref, res in _evaluate_all(todo, backend, cfg, tracker, workers, peak):
-                roof = metrics.result_roofline(res, peak, get_problem(res.problem).cost.bytes_written)
+                problem = get_problem(res.problem)
+                roof = metrics.result_roofline(res, peak, problem.cost.bytes_written, problem.integer)
                 if roof:
                     res.extra["roofline"] = roof
                 store.put(res)

@@ -33,6 +33,8 @@ NHWC = [
     }
 ]
 FAST_MATH = [{"name": "FastMathTransform", "args": {}}]
+# integer GEMMs (MatMulInteger) as u8 x s8 dot products on packed weights (ir/int8_dot.py)
+INT8_DOT = [{"name": "Int8DotProduct", "args": {}}]
 # ONNX operators whose Relax form FastMathTransform replaces (softmax, exp, erf, tanh) or imports to one
 FAST_MATH_OPS = {"Softmax", "Exp", "Erf", "Tanh", "Gelu"}
 
@@ -45,15 +47,20 @@ def graph_passes(key: str) -> list[dict]:
     return json.loads(key) if key else []
 
 
-def graph_alternatives(problem) -> list[tuple[str, list[dict]]]:
+def graph_alternatives(problem, backend=None) -> list[tuple[str, list[dict]]]:
     """(label, passes) for each graph change worth judging, in order: channels last when the model has 1-D
-    or 2-D convolutions (ONNX Conv with a 3-D or 4-D weight); fast math (TVM's FastMathTransform: softmax,
-    exp, erf and tanh as polynomial approximations that vectorize, where LLVM's libm calls stay scalar) when
-    it has those functions -- the judge's tolerance decides whether the approximation is close enough."""
+    or 2-D convolutions (ONNX Conv with a 3-D or 4-D weight); integer GEMMs as u8 x s8 dot products on
+    weights packed for VNNI, when the model has MatMulInteger or a quantized pointwise convolution and
+    `backend`'s target has VNNI (after channels last: a pointwise convolution in NHWC needs no transposes);
+    fast math (TVM's FastMathTransform: softmax, exp, erf and tanh as polynomial approximations that
+    vectorize, where LLVM's libm calls stay scalar) when it has those functions -- the judge's tolerance
+    decides whether the approximation is close enough."""
     nodes = problem.model.graph.node
     out = []
     if any(n.op_type == "Conv" and _weight_rank(problem.model.graph, n.input[1]) in (3, 4) for n in nodes):
         out.append(("graph: convolutions channels last (NHWC / HWIO, NWC / WIO weights)", NHWC))
+    if backend is not None and _int8_gemms(problem.model.graph) and _has_vnni(backend):
+        out.append(("graph: integer GEMMs as u8 x s8 dot products on packed weights (VNNI)", INT8_DOT))
     if any(n.op_type in FAST_MATH_OPS for n in nodes):
         out.append(("graph: fast math (softmax, exp, erf, tanh)", FAST_MATH))
     return out
@@ -75,6 +82,33 @@ def target_alternatives(backend) -> list[tuple[str, dict]]:
     if (as_profile(backend).target or {}).get("kind") != "llvm":
         return []
     return [("target: LLVM fast math, all kernels (no NaN/Inf, reassociation, reciprocals)", FAST_MATH_FLAGS)]
+
+
+def _int8_gemms(graph) -> bool:
+    """Whether the model has a GEMM the Int8DotProduct pass may rewrite: MatMulInteger, or a pointwise
+    convolution (a 1x1 weight, one group) of a quantized (QDQ) model, its weight behind DequantizeLinear."""
+    producers = {o: n for n in graph.node for o in n.output}
+    for n in graph.node:
+        if n.op_type == "MatMulInteger":
+            return True
+        if n.op_type == "Conv" and _weight_rank(graph, n.input[1]) == 4:
+            deq = producers.get(n.input[1])
+            group = next((a.i for a in n.attribute if a.name == "group"), 1)
+            if deq is not None and deq.op_type == "DequantizeLinear" and group == 1:
+                inits = {t.name: list(t.dims) for t in graph.initializer}
+                if inits.get(deq.input[0], [0, 0, 0, 0])[2:] == [1, 1]:
+                    return True
+    return False
+
+
+def _has_vnni(backend) -> bool:
+    """Whether `backend`'s (a profile or its name) target has VNNI ("native": this machine's CPU)."""
+    from ..backends.host import resolve_target
+    from ..backends.registry import as_profile
+    from ..ir.int8_dot import target_has_vnni
+
+    profile = as_profile(backend)
+    return (profile.target or {}).get("kind") == "llvm" and target_has_vnni(resolve_target(profile))
 
 
 def _weight_rank(graph, name: str) -> int | None:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from ...ir.spec import Decisions, KernelSpec
 from .analysis import FuncFacts, analyze, default_vector_lanes
 from .contraction import pad_multiples, schedule_contraction
+from .dot import DOT_TILES, is_dot, schedule_dot, vnni_available
 from .injective import schedule_injective
 from .primitives import Skip
 from .rows import schedule_rows
@@ -22,6 +23,9 @@ def strategies(facts: FuncFacts, lanes: int, parallel: bool = False) -> list[tup
     c = facts.op_class
     kw = {"parallel": parallel}
     out: list[tuple[str, Callable]] = []
+    if is_dot(facts) and vnni_available():  # u8 x s8 dot products (ir/int8_dot.py): VNNI register tiles
+        for r, v in DOT_TILES:
+            out.append((f"vnni {r}x{16 * v}", lambda rec, r=r, v=v: schedule_dot(rec, facts, r, v, **kw)))
     if c in CONTRACTIONS or c == "reduce":
         for m in pad_multiples(facts, lanes)[:1]:  # no whole vectors along the axis: pad it first
             out.append(("pad+tile+cache", lambda r, m=m: schedule_contraction(r, facts, lanes, pad=m, **kw)))

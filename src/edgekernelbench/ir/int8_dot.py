@@ -1,0 +1,319 @@
+"""Integer GEMMs as u8 x s8 dot products on packed weights: a graph pass and the x86 VNNI intrinsic.
+
+ONNX's MatMulInteger imports into Relax as a matmul of two int32 tensors, each an 8-bit tensor cast to
+int32 minus its zero point. Its kernel then multiplies int32 lanes (16 products per AVX-512 instruction);
+VNNI's vpdpbusd multiplies 64 unsigned-by-signed byte pairs and adds them four by four into 16 int32
+lanes. The graph pass (`Int8DotProduct`) rewrites such a matmul, when the right operand is a weight, into
+
+    out[m, n] = sum_k a'[m, k] * b'[k, n] + bias[n] - zb' * rowsum(a')[m]
+
+with a' = a as uint8 (int8 activations shifted by 128), b' = b as int8 (uint8 weights shifted by -128), the
+zero points za', zb' shifted the same way, and bias[n] = K za' zb' - za' sum_k b'[k, n]. Every step is
+int32 ring arithmetic, so the result equals the original graph's bit for bit (overflow included). b' is
+packed as [N/16, K/4, 16, 4] (16 output columns by 4 consecutive k: one 64-byte vector per vpdpbusd),
+and it and the bias depend on weights only: LiftTransformParams moves them into main_transform_params,
+computed once at load. The kernel (`dot_func`: blocks `dot_u8s8`, `dot_u8s8_rowsum`) is plain TIR that
+any target builds; the rule that tensorizes it with `VNNI_INTRIN` (search/rules/dot.py) is offered only on
+targets with VNNI, and so is the graph pass (search/graph.graph_alternatives).
+"""
+
+from __future__ import annotations
+
+import functools
+
+DOT_BLOCK = "dot_u8s8"  # the block of the dot products: [m, n/16, 16] x reduction [k/4, 4]
+LANES, GROUP = 16, 4  # int32 lanes of one vpdpbusd, bytes summed into each lane
+VNNI_INTRIN = "ekb_vnni_u8s8_local"
+VNNI_FEATURE = "avx512vnni"
+
+
+@functools.cache
+def register_intrinsics() -> None:
+    """Registers `VNNI_INTRIN` with TVM (once per process): 16 int32 accumulators in a "local" buffer
+    (the register tile) += 4 uint8 (broadcast) x [16, 4] int8, as one llvm.x86.avx512.vpdpbusd.512 (the
+    signature of TVM 0.27's LLVM: the byte operands are <64 x i8>). TVM's own dot_16x4_vnni writes a
+    global buffer and passes <16 x i32>, which this LLVM rejects."""
+    from tvm import s_tir
+    from tvm.script import tirx as T
+
+    @T.prim_func(s_tir=True)
+    def desc(
+        A: T.Buffer((4,), "uint8", offset_factor=1),
+        B: T.Buffer((16, 4), "int8", offset_factor=1),
+        C: T.Buffer((16,), "int32", offset_factor=1, scope="local"),
+    ) -> None:
+        with T.sblock("root"):
+            T.reads(C[0:16], A[0:4], B[0:16, 0:4])
+            T.writes(C[0:16])
+            for i in T.serial(0, 16):
+                for k in T.serial(0, 4):
+                    with T.sblock("update"):
+                        vi, vk = T.axis.remap("SR", [i, k])
+                        C[vi] = C[vi] + T.cast(A[vk], "int32") * T.cast(B[vi, vk], "int32")
+
+    @T.prim_func(s_tir=True)
+    def impl(
+        A: T.Buffer((4,), "uint8", offset_factor=1),
+        B: T.Buffer((16, 4), "int8", offset_factor=1),
+        C: T.Buffer((16,), "int32", offset_factor=1, scope="local"),
+    ) -> None:
+        with T.sblock("root"):
+            T.reads(C[0:16], A[0:4], B[0:16, 0:4])
+            T.writes(C[0:16])
+            a4 = T.reinterpret(A.vload([0], "uint8x4"), dtype="int32")
+            C[T.ramp(T.int32(0), 1, 16)] = T.call_llvm_pure_intrin(
+                T.llvm_lookup_intrinsic_id("llvm.x86.avx512.vpdpbusd.512"),
+                C.vload([0], dtype="int32x16"),
+                T.reinterpret(T.broadcast(a4, 16), dtype="int8x64"),
+                B.vload([0, 0], dtype="int8x64"),
+                dtype="int32x16",
+            )
+
+    s_tir.TensorIntrin.register(VNNI_INTRIN, desc, impl, override=True)
+
+
+def target_has_vnni(target) -> bool:
+    """Whether an LLVM target (a tvm Target or its dict) has AVX-512 VNNI."""
+    import tvm
+    from tvm.target import codegen
+
+    t = target if isinstance(target, tvm.target.Target) else tvm.target.Target(target)
+    if t.kind.name != "llvm":
+        return False
+    try:
+        return bool(codegen.target_has_features([VNNI_FEATURE], t))
+    except Exception:  # noqa: BLE001 -- an LLVM that does not know the CPU: no
+        return False
+
+
+def dot_func(rows: tuple[int, ...], k_: int, n_: int):
+    """The kernel: a [*rows, K] uint8, bp [N/16, K/4, 16, 4] int8, bias [N] int32, zb [N] int32 (the weights'
+    zero point per column) -> [*rows, N] int32 (`rows`: a matmul's rows, a convolution's N, H, W -- kept
+    as they are, so the graph around the kernel needs no reshape and its consumers index it directly).
+    Block `dot_u8s8_rowsum` sums each row of a; block `dot_u8s8` starts each output at its bias and
+    zero-point correction (its init) and adds the dot products, 16 columns x 4 k per inner step. Opaque
+    to FuseOps: the requantization that follows stays a kernel of its own."""
+    from tvm.script import from_source
+    from tvm.script import tirx as T
+
+    r = [f"r{i}" for i in range(len(rows))]
+    v = [f"v{i}" for i in range(len(rows))]
+    shape = ", ".join(str(x) for x in rows)
+    lv, vv = ", ".join(r), ", ".join(v)
+    no_, ko_ = n_ // LANES, k_ // GROUP
+    n_idx = f"vno * {LANES} + vni"
+    src = f"""
+@T.prim_func(private=True, s_tir=True)
+def {DOT_BLOCK}(
+    A: T.Buffer(({shape}, {k_}), "uint8"),
+    Bp: T.Buffer(({no_}, {ko_}, {LANES}, {GROUP}), "int8"),
+    bias: T.Buffer(({n_},), "int32"),
+    zb: T.Buffer(({n_},), "int32"),
+    D: T.Buffer(({shape}, {n_}), "int32"),
+):
+    T.func_attr({{"tirx.noalias": True, "op_pattern": 8}})
+    rowsum = T.sblock_alloc_buffer(({shape},), "int32")
+    for {lv}, k in T.grid({shape}, {k_}):
+        with T.sblock("{DOT_BLOCK}_rowsum"):
+            {vv}, vk = T.axis.remap("{"S" * len(rows)}R", [{lv}, k])
+            with T.init():
+                rowsum[{vv}] = 0
+            rowsum[{vv}] = rowsum[{vv}] + T.Cast("int32", A[{vv}, vk])
+    for {lv}, no, ni, ko, ki in T.grid({shape}, {no_}, {LANES}, {ko_}, {GROUP}):
+        with T.sblock("{DOT_BLOCK}"):
+            {vv}, vno, vni, vko, vki = T.axis.remap("{"S" * len(rows)}SSRR", [{lv}, no, ni, ko, ki])
+            # the update's reads (tensorize matches them); the init reads the bias and row sums too
+            T.reads(A[{vv}, vko * {GROUP} + vki], Bp[vno, vko, vni, vki])
+            T.writes(D[{vv}, {n_idx}])
+            with T.init():
+                D[{vv}, {n_idx}] = bias[{n_idx}] - zb[{n_idx}] * rowsum[{vv}]
+            D[{vv}, {n_idx}] = D[{vv}, {n_idx}] + T.Cast("int32", A[{vv}, vko * {GROUP} + vki]) * T.Cast(
+                "int32", Bp[vno, vko, vni, vki]
+            )
+"""
+    return from_source(src, extra_vars={"T": T})
+
+
+def _value(var2val, expr):
+    from tvm import relax
+
+    return var2val.get(expr, expr) if isinstance(expr, relax.Var) else expr
+
+
+def _op(expr) -> str:
+    return getattr(getattr(expr, "op", None), "name", "")
+
+
+def _match_zp_cast(var2val, expr):
+    """(x, zp) when `expr` is astype(x, int32) - astype(zp, int32) with x 8-bit and zp a scalar."""
+    sub = _value(var2val, expr)
+    if _op(sub) != "relax.subtract":
+        return None
+    parts = []
+    for arg in sub.args:
+        cast = _value(var2val, arg)
+        if _op(cast) != "relax.astype":
+            return None
+        src = cast.args[0]
+        if str(src.ty.dtype) not in ("uint8", "int8") or str(cast.ty.dtype) != "int32":
+            return None
+        parts.append(src)
+    x, zp = parts
+    if len(zp.ty.shape) != 0:  # per-channel zero points: not this rewrite
+        return None
+    return x, zp
+
+
+def _match_dequantize(var2val, expr, per_channel: int | None):
+    """(x, scale, zero point) when `expr` is dequantize(x) of an 8-bit x to float32, its scale and zero point
+    scalars or (when `per_channel` is the axis) vectors along that axis."""
+    deq = _value(var2val, expr)
+    if _op(deq) != "relax.dequantize" or str(deq.ty.dtype) != "float32":
+        return None
+    x, scale, zp = deq.args
+    if str(x.ty.dtype) not in ("uint8", "int8"):
+        return None
+    for t in (scale, zp):
+        if len(t.ty.shape) != 0 and (per_channel is None or int(deq.attrs.axis) != per_channel):
+            return None
+    return x, scale, zp
+
+
+NCHW, NHWC = ("NCHW", "OIHW", "NCHW"), ("NHWC", "HWIO", "NHWC")
+
+
+def _pointwise(call) -> bool:
+    """conv2d 1x1, stride 1, no padding, no groups, NCHW / OIHW or NHWC / HWIO: a GEMM over the pixels."""
+    a = call.attrs
+    w = [int(d) for d in call.args[1].ty.shape]
+    layout = (a.data_layout, a.kernel_layout, a.out_layout)
+    return (
+        len(w) == 4
+        and (w[2:] if layout == NCHW else w[:2]) == [1, 1]
+        and [int(x) for x in a.strides] == [1, 1]
+        and [int(x) for x in a.padding] == [0, 0, 0, 0]
+        and [int(x) for x in a.dilation] == [1, 1]
+        and int(a.groups) == 1
+        and layout in (NCHW, NHWC)
+    )
+
+
+def _through_permute(var2val, expr, axes: list[int]):
+    """The tensor `expr` permutes with `axes` (ConvertLayout's transposes into NHWC / HWIO), else None."""
+    p = _value(var2val, expr)
+    if _op(p) != "relax.permute_dims" or [int(x) for x in p.attrs.axes] != axes:
+        return None
+    return p.args[0]
+
+
+def _rewriter(mod):
+    """A Relax mutator over `mod` that rewrites, in the function it visits, each MatMulInteger-shaped matmul
+    and each pointwise convolution of dequantized 8-bit tensors (a QDQ model's) whose right operand is a
+    weight (`weights`, set before each function)."""
+    from tvm import relax
+    from tvm.relax import op as R
+
+    i32 = lambda v: R.astype(v, "int32")  # noqa: E731
+    c = lambda v: relax.const(v, "int32")  # noqa: E731
+
+    @relax.expr_functor.mutator
+    class Rewriter(relax.PyExprMutator):
+        weights: set = set()
+        var2val: dict = {}
+
+        def visit_call_(self, call):
+            op = _op(call)
+            out = None
+            if op == "relax.matmul" and str(call.ty.dtype) == "int32":
+                out = self._matmul(call)
+            elif op == "relax.nn.conv2d" and str(call.ty.dtype) == "float32" and _pointwise(call):
+                out = self._conv(call)
+            return super().visit_call_(call) if out is None else out
+
+        def _matmul(self, call):
+            lhs, rhs = (_match_zp_cast(self.var2val, a) for a in call.args)
+            if lhs is None or rhs is None:
+                return None
+            (a, za), (b, zb) = lhs, rhs
+            if b not in self.weights or len(b.ty.shape) != 2:
+                return None
+            if [int(x) for x in a.ty.shape][:-1] != [int(x) for x in call.ty.shape][:-1]:
+                return None  # a batch broadcast against the weight's: not a plain GEMM
+            return self._dot(a, za, b, zb)
+
+        def _conv(self, call):
+            x_arg, w_arg = call.args
+            nhwc = call.attrs.data_layout == "NHWC"
+            if nhwc:  # channels last after ConvertLayout: the dequantized NCHW / OIHW tensors, transposed
+                x_arg = _through_permute(self.var2val, x_arg, [0, 2, 3, 1])
+                w_arg = _through_permute(self.var2val, w_arg, [2, 3, 1, 0])
+                if x_arg is None or w_arg is None:
+                    return None
+            x = _match_dequantize(self.var2val, x_arg, None)
+            w = _match_dequantize(self.var2val, w_arg, 0)
+            if x is None or w is None or w[0] not in self.weights:
+                return None
+            (x, sx, zx), (q, sw, zw) = x, w
+            cin, cout = int(x.ty.shape[1]), int(q.ty.shape[0])
+            bb = self.builder_
+            pixels = bb.emit(
+                R.permute_dims(x, [0, 2, 3, 1])
+            )  # [N, H, W, Cin]: each pixel's channels contiguous
+            b = bb.emit(R.permute_dims(R.reshape(q, (cout, cin)), [1, 0]))  # [Cin, Cout]
+            d = self._dot(pixels, zx, b, zw)  # [N, H, W, Cout]
+            if d is None:
+                return None
+            scale = bb.emit(R.multiply(sx, sw))  # per output channel (or one)
+            y = bb.emit(R.multiply(R.astype(d, "float32"), scale))
+            return y if nhwc else R.permute_dims(y, [0, 3, 1, 2])
+
+        def _dot(self, a, za, b, zb):
+            """[*rows, N] int32 = (a - za) @ (b - zb) as the dot_u8s8 kernel (None when K or N do not fit):
+            a [*rows, K] 8-bit, b [K, N] 8-bit weight, za scalar, zb scalar or [N]."""
+            shape = [int(x) for x in a.ty.shape]
+            k_, n_ = (int(x) for x in b.ty.shape)
+            if shape[-1] != k_ or k_ % GROUP or n_ % LANES:
+                return None
+            bb = self.builder_
+            za2 = i32(za)
+            if str(a.ty.dtype) == "int8":
+                a = bb.emit(R.astype(R.add(i32(a), c(128)), "uint8"))
+                za2 = R.add(za2, c(128))
+            za2 = bb.emit(za2)
+            zb2 = i32(zb)
+            if str(b.ty.dtype) == "uint8":
+                b = bb.emit(R.astype(R.subtract(i32(b), c(128)), "int8"))
+                zb2 = R.subtract(zb2, c(128))
+            zb2 = bb.emit(R.broadcast_to(zb2, (n_,)))
+            packed = bb.emit(
+                R.permute_dims(R.reshape(b, (k_ // GROUP, GROUP, n_ // LANES, LANES)), [2, 0, 3, 1])
+            )
+            colsum = bb.emit(R.sum(i32(b), axis=[0]))
+            bias = bb.emit(R.subtract(R.multiply(R.multiply(za2, zb2), c(k_)), R.multiply(za2, colsum)))
+            gv = bb.add_func(dot_func(tuple(shape[:-1]), k_, n_), DOT_BLOCK)
+            out_ty = relax.TensorType((*shape[:-1], n_), "int32")
+            return bb.emit(relax.call_tir(gv, [a, packed, bias, zb2], out_ty))
+
+    return Rewriter(mod)
+
+
+def int8_dot_pass():
+    """The graph pass (`Decisions.graph["passes"]` name "Int8DotProduct"): every function of the module
+    with a `params` attribute (weights as parameters after `num_input`) rewritten."""
+    import tvm
+    from tvm import relax
+
+    @tvm.ir.transform.module_pass(opt_level=0, name="Int8DotProduct")
+    def transform(mod, _ctx):
+        rw = _rewriter(mod)
+        for gv, func in list(mod.functions.items()):
+            if not isinstance(func, relax.Function):
+                continue
+            n_in = (
+                int(func.attrs["num_input"]) if func.attrs and "num_input" in func.attrs else len(func.params)
+            )
+            rw.weights, rw.var2val = set(func.params[n_in:]), relax.analysis.get_var2val(func)
+            rw.builder_.update_func(gv, rw.visit_expr(func))
+        return relax.transform.DeadCodeElimination()(rw.builder_.get())
+
+    return transform

@@ -1,0 +1,72 @@
+"""The rule for the u8 x s8 dot-product kernels of the Int8DotProduct graph (ir/int8_dot.py): a register tile
+of `rows` rows x `vectors` groups of 16 output columns, accumulated in int32 registers by VNNI's vpdpbusd
+(the target layer's tensorize with ir.int8_dot.VNNI_INTRIN), the zero-point correction and bias fused into
+the tile's write-back. Offered only where the host target has VNNI (`vnni_available`)."""
+
+from __future__ import annotations
+
+import functools
+
+from ...ir.int8_dot import DOT_BLOCK, VNNI_INTRIN, register_intrinsics, target_has_vnni
+from .analysis import FuncFacts
+from .primitives import Skip, _vectorize_tail
+
+# register tiles (rows x 16-lane vectors) in the rules' order of preference: 16 of the 32 zmm registers
+# hold accumulators, the rest the weight vectors and broadcast rows
+DOT_TILES = ((4, 4), (8, 2), (2, 8), (6, 4), (4, 2), (1, 4))
+
+
+@functools.cache
+def vnni_available(threads: int = 1) -> bool:
+    """Whether the host target the rules build for has VNNI."""
+    from .driver import build_target
+
+    return target_has_vnni(build_target(threads))
+
+
+def is_dot(facts: FuncFacts) -> bool:
+    return any(b.name == DOT_BLOCK for b in facts.blocks)
+
+
+def _divisor_near(n: int, cap: int) -> int:
+    """The largest divisor of `n` at most `cap`; when that is below cap / 2 (125 rows, 4 asked: 1), the
+    smallest above it up to 2 cap (5) -- the tile loops have no remainder (tensorize needs whole tiles)."""
+    d = max(d for d in range(1, min(n, cap) + 1) if n % d == 0)
+    if 2 * d < cap:
+        d = next((e for e in range(cap + 1, min(n, 2 * cap) + 1) if n % e == 0), d)
+    return d
+
+
+def schedule_dot(rec, facts: FuncFacts, rows: int = 4, vectors: int = 4, parallel: bool = False) -> dict:
+    """loop: the tile (rows x vectors, each the largest divisor of its extent at most that), the reduction
+    over k/4 outside it; memory: the accumulators in a local buffer (registers) written back per tile;
+    target: the reduction's init (bias and zero-point correction) split off, the 16 x 4 inner product
+    tensorized with vpdpbusd. The row sums (a loop over the input before the tiles) are vectorized."""
+    if not is_dot(facts):
+        raise Skip("not a dot_u8s8 kernel")
+    register_intrinsics()
+    sch = rec.sch
+    with rec.layer("loop"):
+        d = sch.get_sblock(DOT_BLOCK)
+        *outer_rows, m, no, ni, ko, ki = sch.get_loops(d)
+        extent = lambda lp: int(sch.get(lp).extent)  # noqa: E731
+        # the tile splits the innermost row loop (a convolution's W): a tile across two image rows made
+        # TVM's cache_write + tensorize wrong (36 = 6 x 6 rows in tiles of 4)
+        ut, nv = _divisor_near(extent(m), rows), _divisor_near(extent(no), vectors)
+        mo, mi = sch.split(m, [None, ut])
+        noo, noi = sch.split(no, [None, nv])
+        sch.reorder(*outer_rows, mo, noo, ko, mi, noi, ni, ki)
+        tile = sch.fuse(*outer_rows, mo, noo)
+        if parallel:
+            sch.parallel(tile)
+        sch.unroll(mi)
+        sch.unroll(noi)
+    with rec.layer("memory"):
+        wb = sch.cache_write(d, 0, "local")
+        sch.reverse_compute_at(wb, tile)
+        _vectorize_tail(sch, wb, 16)
+    with rec.layer("target"):
+        init = sch.decompose_reduction(d, ko)
+        _vectorize_tail(sch, init, 16)
+        sch.tensorize(sch.get_loops(d)[-2], VNNI_INTRIN)
+    return {"tile": [ut, nv * 16], "intrinsic": VNNI_INTRIN}
