@@ -113,3 +113,19 @@ def test_an_integer_problem_is_held_to_the_int8_roof_where_the_backend_has_one()
         from edgekernelbench.search.rules import build_target
 
         assert measure_int8_ops(build_target(1), iters=1000) > 0
+
+
+def test_channels_last_transposes_around_quantize_dequantize_cancel():
+    """ConvertLayout leaves a QDQ block's activations transposed back to NCHW around each quantize ->
+    dequantize and forth again; the dot-product pass drops those pairs: with it only the graph's entry
+    and exit transpose, and the candidate (rewrite unscheduled) is still within the problem's tolerance."""
+    from edgekernelbench.search.kernels import kernels
+
+    def transposes(passes):
+        return sorted(k.name for k in kernels(QDQ_S2, graph_key(passes)) if "transpose" in k.name)
+
+    assert len(transposes(NHWC)) == 3  # entry, between the two convolutions, exit
+    assert len(transposes(NHWC + INT8_DOT)) == 2
+    spec = _spec(QDQ_S2, passes=NHWC + INT8_DOT)
+    res = evaluate(QDQ_S2, spec, "host-cpu", trials=2, timing=TimingConfig.quick(), baselines=())
+    assert res.correct, res.detail

@@ -297,23 +297,81 @@ def _rewriter(mod):
     return Rewriter(mod)
 
 
-def int8_dot_pass():
-    """The graph pass (`Decisions.graph["passes"]` name "Int8DotProduct"): every function of the module
-    with a `params` attribute (weights as parameters after `num_input`) rewritten."""
-    import tvm
+# per-tensor elementwise ops a layout transpose commutes with (their other operands scalars)
+ELEMWISE = ("relax.quantize", "relax.dequantize", "relax.astype", "relax.nn.relu", "relax.clip")
+
+
+def _per_tensor(call) -> bool:
     from tvm import relax
+
+    return all(
+        not isinstance(a.ty, relax.TensorType) or len(a.ty.shape) == 0
+        for a in call.args[1:]
+        if hasattr(a, "ty")
+    )
+
+
+def _canceller(mod):
+    """A Relax mutator that drops transpose pairs around per-tensor elementwise chains:
+    permute(E(permute(x, p)), q) with q undoing p becomes E(x). ConvertLayout leaves such pairs around a
+    QDQ model's quantize -> dequantize between two channels-last convolutions (it does not carry layouts
+    through them): two copies of the activations per layer, a kernel call each."""
+    from tvm import relax
+
+    @relax.expr_functor.mutator
+    class Canceller(relax.PyExprMutator):
+        var2val: dict = {}
+
+        def visit_call_(self, call):
+            if _op(call) == "relax.permute_dims" and call.attrs.axes is not None:
+                q = [int(a) for a in call.attrs.axes]
+                chain, e = [], _value(self.var2val, call.args[0])
+                while _op(e) in ELEMWISE and _per_tensor(e):
+                    chain.append(e)
+                    e = _value(self.var2val, e.args[0])
+                p = (
+                    [int(a) for a in e.attrs.axes]
+                    if _op(e) == "relax.permute_dims" and e.attrs.axes
+                    else None
+                )
+                if p is not None and len(p) == len(q) and all(p[q[i]] == i for i in range(len(q))):
+                    x = self.visit_expr(e.args[0])
+                    for op in reversed(chain):
+                        args = [x, *(self.visit_expr(a) for a in op.args[1:])]
+                        x = self.builder_.emit(relax.Call(op.op, args, op.attrs, op.ty_args))
+                    return x
+            return super().visit_call_(call)
+
+    return Canceller(mod)
+
+
+def _each_function(mod, make, weights: bool = False):
+    """`mod` with every Relax function visited by the mutator `make(mod)` (its `var2val`, and with `weights`
+    its `weights`: the parameters after `num_input`, set per function), dead code dropped."""
+    from tvm import relax
+
+    rw = make(mod)
+    for gv, func in list(mod.functions.items()):
+        if not isinstance(func, relax.Function):
+            continue
+        rw.var2val = relax.analysis.get_var2val(func)
+        if weights:
+            attrs = func.attrs
+            n_in = int(attrs["num_input"]) if attrs and "num_input" in attrs else len(func.params)
+            rw.weights = set(func.params[n_in:])
+        rw.builder_.update_func(gv, rw.visit_expr(func))
+    return relax.transform.DeadCodeElimination()(rw.builder_.get())
+
+
+def int8_dot_pass():
+    """The graph pass (`Decisions.graph["passes"]` name "Int8DotProduct"): in every Relax function, the
+    integer GEMMs whose right operand is a weight (a parameter after `num_input`) rewritten (`_rewriter`),
+    then the transpose pairs that channels last left around per-tensor quantize / dequantize dropped
+    (`_canceller`)."""
+    import tvm
 
     @tvm.ir.transform.module_pass(opt_level=0, name="Int8DotProduct")
     def transform(mod, _ctx):
-        rw = _rewriter(mod)
-        for gv, func in list(mod.functions.items()):
-            if not isinstance(func, relax.Function):
-                continue
-            n_in = (
-                int(func.attrs["num_input"]) if func.attrs and "num_input" in func.attrs else len(func.params)
-            )
-            rw.weights, rw.var2val = set(func.params[n_in:]), relax.analysis.get_var2val(func)
-            rw.builder_.update_func(gv, rw.visit_expr(func))
-        return relax.transform.DeadCodeElimination()(rw.builder_.get())
+        return _each_function(_each_function(mod, _rewriter, weights=True), _canceller)
 
     return transform
