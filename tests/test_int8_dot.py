@@ -10,7 +10,7 @@ from edgekernelbench.harness.api import evaluate
 from edgekernelbench.harness.timing import TimingConfig
 from edgekernelbench.ir.int8_dot import DOT_BLOCK, target_has_vnni
 from edgekernelbench.problems import get_problem
-from edgekernelbench.search.graph import INT8_DOT, graph_alternatives, graph_key, graph_reference
+from edgekernelbench.search.graph import INT8_DOT, NHWC, graph_alternatives, graph_key, graph_reference
 from edgekernelbench.search.rules.dot import vnni_available
 
 SHIFTED = "L1/tiny_matmulint_i8_u8w"  # int8 activations, uint8 weights, both zero points off zero
@@ -72,26 +72,22 @@ def test_vnni_is_offered_only_where_the_target_has_it():
 def test_the_vnni_kernel_is_tensorized_and_exact():
     """The rules' first strategy for the dot kernel is a VNNI register tile; its decisions replay (the
     target layer tensorizes with the project's intrinsic), the kernel calls vpdpbusd, and the judge finds
-    the candidate exact -- 16-bit pair sums that pmaddubsw would saturate included."""
+    the candidate exact -- 16-bit pair sums that pmaddubsw would saturate included -- or, for a QDQ model's
+    pointwise convolution (NCHW at 6 x 6, channels last at 25 x 5), within its one-step tolerance."""
     from edgekernelbench.ir.replay import apply_trace, combine_layers
     from edgekernelbench.search.rules import build_target, schedule_func
 
-    for pid in (SHIFTED, SATURATING):
-        func = graph_reference(pid, graph_key(INT8_DOT)).primfuncs()[DOT_BLOCK]
+    cases = [(SHIFTED, INT8_DOT), (SATURATING, INT8_DOT), (QDQ_S2, INT8_DOT), (QDQ_KWS, NHWC + INT8_DOT)]
+    for pid, passes in cases:
+        func = graph_reference(pid, graph_key(passes)).primfuncs()[DOT_BLOCK]
         fs = schedule_func(func, DOT_BLOCK, 16, target=build_target(1))
         assert fs.strategy.startswith("vnni"), fs.failures
         assert "Tensorize" in json.dumps(fs.traces["target"])
         trace, where = combine_layers([(k, fs.traces[k]) for k in ("loop", "memory", "target")])
         assert "vpdpbusd" in apply_trace(func, trace, DOT_BLOCK, where).mod.script()
-        res = evaluate(
-            pid,
-            _spec(pid, {DOT_BLOCK: fs.traces}),
-            "host-cpu",
-            trials=2,
-            timing=TimingConfig.quick(),
-            baselines=(),
-        )
-        assert res.correct, res.detail
+        spec = _spec(pid, {DOT_BLOCK: fs.traces}, passes)
+        res = evaluate(pid, spec, "host-cpu", trials=2, timing=TimingConfig.quick(), baselines=())
+        assert res.correct, (pid, res.detail)
 
 
 def test_an_integer_problem_is_held_to_the_int8_roof_where_the_backend_has_one():
