@@ -29,7 +29,13 @@ def _spec(pid: str, state: dict | None = None, passes=INT8_DOT):
 
 
 @pytest.mark.parametrize(
-    "pid,packed", [(SHIFTED, (2, 6, 16, 4)), (SATURATING, (1, 8, 16, 4)), (QDQ_S2, (8, 16, 16, 4))]
+    "pid,packed",
+    [
+        (SHIFTED, (2, 6, 16, 4)),
+        (SATURATING, (1, 8, 16, 4)),
+        (QDQ_S2, (8, 16, 16, 4)),  # a QDQ pointwise convolution
+        ("L3/fc_autoencoder_ad_int8", (8, 160, 16, 4)),  # QDQ dense layers (640 -> 128 first)
+    ],
 )
 def test_the_dot_product_graph_is_exact_and_packs_the_weights_once(pid, packed):
     """The rewrite's kernel unscheduled (plain TIR, any CPU): the judge finds it exact against the oracle

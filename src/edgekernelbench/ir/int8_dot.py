@@ -208,8 +208,8 @@ def _through_permute(var2val, expr, axes: list[int]):
 
 def _rewriter(mod):
     """A Relax mutator over `mod` that rewrites, in the function it visits, each MatMulInteger-shaped matmul
-    and each pointwise convolution of dequantized 8-bit tensors (a QDQ model's) whose right operand is a
-    weight (`weights`, set before each function)."""
+    and each dense layer and pointwise convolution of dequantized 8-bit tensors (a QDQ model's) whose right
+    operand is a weight (`weights`, set before each function)."""
     from tvm import relax
     from tvm.relax import op as R
 
@@ -226,6 +226,8 @@ def _rewriter(mod):
             out = None
             if op == "relax.matmul" and str(call.ty.dtype) == "int32":
                 out = self._matmul(call)
+            elif op == "relax.matmul" and str(call.ty.dtype) == "float32":
+                out = self._qdq_matmul(call)
             elif op == "relax.nn.conv2d" and str(call.ty.dtype) == "float32" and _pointwise(call):
                 out = self._conv(call)
             return super().visit_call_(call) if out is None else out
@@ -240,6 +242,27 @@ def _rewriter(mod):
             if [int(x) for x in a.ty.shape][:-1] != [int(x) for x in call.ty.shape][:-1]:
                 return None  # a batch broadcast against the weight's: not a plain GEMM
             return self._dot(a, za, b, zb)
+
+        def _qdq_matmul(self, call):
+            """A QDQ model's dense layer: dequantize(x) @ dequantize(w) (w [K, N], per-column scales) or
+            @ permute(dequantize(w [N, K], per-row scales)), its output rescaled in float."""
+            x = _match_dequantize(self.var2val, call.args[0], None)
+            w_arg, axis = _through_permute(self.var2val, call.args[1], [1, 0]), 0
+            if w_arg is None:
+                w_arg, axis = call.args[1], 1
+            w = _match_dequantize(self.var2val, w_arg, axis)
+            if x is None or w is None or w[0] not in self.weights or len(w[0].ty.shape) != 2:
+                return None
+            (x, sx, zx), (q, sw, zw) = x, w
+            b = self.builder_.emit(R.permute_dims(q, [1, 0])) if axis == 0 else q  # [K, N]
+            return self._rescaled(self._dot(x, zx, b, zw), sx, sw)
+
+        def _rescaled(self, d, sx, sw):
+            """The float output of a dequantized GEMM from its exact int32 sums: d * (sx * sw)."""
+            if d is None:
+                return None
+            scale = self.builder_.emit(R.multiply(sx, sw))  # per output channel (or one)
+            return self.builder_.emit(R.multiply(R.astype(d, "float32"), scale))
 
         def _conv(self, call):
             x_arg, w_arg = call.args
@@ -260,11 +283,9 @@ def _rewriter(mod):
                 R.permute_dims(x, [0, 2, 3, 1])
             )  # [N, H, W, Cin]: each pixel's channels contiguous
             b = bb.emit(R.permute_dims(R.reshape(q, (cout, cin)), [1, 0]))  # [Cin, Cout]
-            d = self._dot(pixels, zx, b, zw)  # [N, H, W, Cout]
-            if d is None:
+            y = self._rescaled(self._dot(pixels, zx, b, zw), sx, sw)  # [N, H, W, Cout]
+            if y is None:
                 return None
-            scale = bb.emit(R.multiply(sx, sw))  # per output channel (or one)
-            y = bb.emit(R.multiply(R.astype(d, "float32"), scale))
             return y if nhwc else R.permute_dims(y, [0, 3, 1, 2])
 
         def _dot(self, a, za, b, zb):

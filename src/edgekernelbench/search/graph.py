@@ -85,12 +85,17 @@ def target_alternatives(backend) -> list[tuple[str, dict]]:
 
 
 def _int8_gemms(graph) -> bool:
-    """Whether the model has a GEMM the Int8DotProduct pass may rewrite: MatMulInteger, or a pointwise
-    convolution (a 1x1 weight, one group) of a quantized (QDQ) model, its weight behind DequantizeLinear."""
+    """Whether the model has a GEMM the Int8DotProduct pass may rewrite: MatMulInteger, or a dense layer or
+    pointwise convolution (a 1x1 weight, one group) of a quantized (QDQ) model, its weight behind
+    DequantizeLinear."""
     producers = {o: n for n in graph.node for o in n.output}
     for n in graph.node:
         if n.op_type == "MatMulInteger":
             return True
+        if n.op_type in ("MatMul", "Gemm") and _weight_rank(graph, n.input[1]) == 2:
+            deq = producers.get(n.input[1])
+            if deq is not None and deq.op_type == "DequantizeLinear":
+                return True
         if n.op_type == "Conv" and _weight_rank(graph, n.input[1]) == 4:
             deq = producers.get(n.input[1])
             group = next((a.i for a in n.attribute if a.name == "group"), 1)
