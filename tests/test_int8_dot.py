@@ -33,6 +33,7 @@ def _spec(pid: str, state: dict | None = None, passes=INT8_DOT):
     [
         (SHIFTED, (2, 6, 16, 4)),
         (SATURATING, (1, 8, 16, 4)),
+        ("L1/convint_vww_pw_32x64", (4, 8, 16, 4)),  # the weight reshaped and transposed in the graph
         (QDQ_S2, (8, 16, 16, 4)),  # a QDQ pointwise convolution
         ("L3/fc_autoencoder_ad_int8", (8, 160, 16, 4)),  # QDQ dense layers (640 -> 128 first)
     ],

@@ -211,6 +211,7 @@ def _rewriter(mod):
     and each dense layer and pointwise convolution of dequantized 8-bit tensors (a QDQ model's) whose right
     operand is a weight (`weights`, set before each function)."""
     from tvm import relax
+    from tvm.ir.expr import Constant
     from tvm.relax import op as R
 
     i32 = lambda v: R.astype(v, "int32")  # noqa: E731
@@ -220,6 +221,16 @@ def _rewriter(mod):
     class Rewriter(relax.PyExprMutator):
         weights: set = set()
         var2val: dict = {}
+
+        def weight_only(self, expr, seen=None) -> bool:
+            """Whether `expr` depends on weights and constants only (a weight reshaped or transposed in
+            the graph, as an im2col MatMulInteger writes it): LiftTransformParams computes it at load."""
+            if isinstance(expr, Constant) or expr in self.weights:
+                return True
+            value = self.var2val.get(expr) if isinstance(expr, relax.Var) else None
+            if not isinstance(value, relax.Call) or isinstance(value.op, relax.GlobalVar):
+                return False
+            return all(self.weight_only(a) for a in value.args if isinstance(a, (relax.Var, Constant)))
 
         def visit_call_(self, call):
             op = _op(call)
@@ -237,7 +248,7 @@ def _rewriter(mod):
             if lhs is None or rhs is None:
                 return None
             (a, za), (b, zb) = lhs, rhs
-            if b not in self.weights or len(b.ty.shape) != 2:
+            if not self.weight_only(b) or len(b.ty.shape) != 2:
                 return None
             if [int(x) for x in a.ty.shape][:-1] != [int(x) for x in call.ty.shape][:-1]:
                 return None  # a batch broadcast against the weight's: not a plain GEMM
@@ -251,7 +262,7 @@ def _rewriter(mod):
             if w_arg is None:
                 w_arg, axis = call.args[1], 1
             w = _match_dequantize(self.var2val, w_arg, axis)
-            if x is None or w is None or w[0] not in self.weights or len(w[0].ty.shape) != 2:
+            if x is None or w is None or not self.weight_only(w[0]) or len(w[0].ty.shape) != 2:
                 return None
             (x, sx, zx), (q, sw, zw) = x, w
             b = self.builder_.emit(R.permute_dims(q, [1, 0])) if axis == 0 else q  # [K, N]
@@ -274,7 +285,7 @@ def _rewriter(mod):
                     return None
             x = _match_dequantize(self.var2val, x_arg, None)
             w = _match_dequantize(self.var2val, w_arg, 0)
-            if x is None or w is None or w[0] not in self.weights:
+            if x is None or w is None or not self.weight_only(w[0]):
                 return None
             (x, sx, zx), (q, sw, zw) = x, w
             cin, cout = int(x.ty.shape[1]), int(q.ty.shape[0])

@@ -85,24 +85,39 @@ def target_alternatives(backend) -> list[tuple[str, dict]]:
 
 
 def _int8_gemms(graph) -> bool:
-    """Whether the model has a GEMM the Int8DotProduct pass may rewrite: MatMulInteger, or a dense layer or
+    """Whether the model has a GEMM the Int8DotProduct pass rewrites: MatMulInteger, or a dense layer or
     pointwise convolution (a 1x1 weight, one group) of a quantized (QDQ) model, its weight behind
-    DequantizeLinear."""
+    DequantizeLinear -- with whole vectors of output columns (16) and whole groups of 4 along K."""
+    from ..ir.int8_dot import GROUP, LANES
+
+    inits = {t.name: list(t.dims) for t in graph.initializer}
     producers = {o: n for n in graph.node for o in n.output}
+
+    def deq_weight(name):
+        node = producers.get(name)
+        return inits.get(node.input[0]) if node is not None and node.op_type == "DequantizeLinear" else None
+
+    def fits(k: int, n: int) -> bool:
+        return k % GROUP == 0 and n % LANES == 0
+
     for n in graph.node:
         if n.op_type == "MatMulInteger":
-            return True
-        if n.op_type in ("MatMul", "Gemm") and _weight_rank(graph, n.input[1]) == 2:
-            deq = producers.get(n.input[1])
-            if deq is not None and deq.op_type == "DequantizeLinear":
+            w = inits.get(n.input[1])
+            if w is not None and len(w) == 2 and fits(*w):
                 return True
-        if n.op_type == "Conv" and _weight_rank(graph, n.input[1]) == 4:
-            deq = producers.get(n.input[1])
-            group = next((a.i for a in n.attribute if a.name == "group"), 1)
-            if deq is not None and deq.op_type == "DequantizeLinear" and group == 1:
-                inits = {t.name: list(t.dims) for t in graph.initializer}
-                if inits.get(deq.input[0], [0, 0, 0, 0])[2:] == [1, 1]:
-                    return True
+            if w is None and _weight_rank(graph, n.input[1], LAYOUT_OPS) is not None:
+                return (
+                    True  # a weight reshaped or transposed in the graph (im2col): the pass checks its shape
+                )
+        elif n.op_type in ("MatMul", "Gemm"):
+            w = deq_weight(n.input[1])
+            trans = next((a.i for a in n.attribute if a.name == "transB"), 0)
+            if w is not None and len(w) == 2 and fits(*(w[::-1] if trans else w)):
+                return True
+        elif n.op_type == "Conv" and next((a.i for a in n.attribute if a.name == "group"), 1) == 1:
+            w = deq_weight(n.input[1])
+            if w is not None and len(w) == 4 and w[2:] == [1, 1] and fits(w[1], w[0]):
+                return True
     return False
 
 
@@ -116,16 +131,19 @@ def _has_vnni(backend) -> bool:
     return (profile.target or {}).get("kind") == "llvm" and target_has_vnni(resolve_target(profile))
 
 
-def _weight_rank(graph, name: str) -> int | None:
+LAYOUT_OPS = ("Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten")
+
+
+def _weight_rank(graph, name: str, through: tuple = ()) -> int | None:
     """The rank of a constant weight: an initializer, or one behind the casts and DequantizeLinear of a
-    quantized (QDQ) model; None for a tensor computed from the inputs."""
+    quantized (QDQ) model (and the ops in `through`); None for a tensor computed from the inputs."""
     inits = {t.name: len(t.dims) for t in graph.initializer}
     producers = {o: n for n in graph.node for o in n.output}
     for _ in range(4):
         if name in inits:
             return inits[name]
         node = producers.get(name)
-        if node is None or node.op_type not in ("DequantizeLinear", "Cast", "Identity"):
+        if node is None or node.op_type not in ("DequantizeLinear", "Cast", "Identity", *through):
             return None
         name = node.input[0]
     return None
