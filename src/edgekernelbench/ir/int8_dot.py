@@ -222,7 +222,7 @@ def _rewriter(mod):
         weights: set = set()
         var2val: dict = {}
 
-        def weight_only(self, expr, seen=None) -> bool:
+        def weight_only(self, expr) -> bool:
             """Whether `expr` depends on weights and constants only (a weight reshaped or transposed in
             the graph, as an im2col MatMulInteger writes it): LiftTransformParams computes it at load."""
             if isinstance(expr, Constant) or expr in self.weights:
@@ -290,9 +290,8 @@ def _rewriter(mod):
             (x, sx, zx), (q, sw, zw) = x, w
             cin, cout = int(x.ty.shape[1]), int(q.ty.shape[0])
             bb = self.builder_
-            pixels = bb.emit(
-                R.permute_dims(x, [0, 2, 3, 1])
-            )  # [N, H, W, Cin]: each pixel's channels contiguous
+            # [N, H, W, Cin]: each pixel's channels contiguous (channels last: cancels with the graph's own)
+            pixels = bb.emit(R.permute_dims(x, [0, 2, 3, 1]))
             b = bb.emit(R.permute_dims(R.reshape(q, (cout, cin)), [1, 0]))  # [Cin, Cout]
             y = self._rescaled(self._dot(pixels, zx, b, zw), sx, sw)  # [N, H, W, Cout]
             if y is None:
