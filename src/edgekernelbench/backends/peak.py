@@ -223,6 +223,8 @@ def _dot_kernel(chains: int, iters: int):
     `_fma_kernel`'s chains); the bytes multiplied come from X (loop-invariant, loaded once)."""
     from tvm.script import tirx as T
 
+    from ..ir.int8_dot import VPDPBUSD
+
     n = chains * DOT_LANES
 
     @T.prim_func
@@ -231,7 +233,7 @@ def _dot_kernel(chains: int, iters: int):
         for _ in range(iters):
             for c in T.unroll(chains):
                 A[T.ramp(c * DOT_LANES, 1, DOT_LANES)] = T.call_llvm_pure_intrin(
-                    T.llvm_lookup_intrinsic_id("llvm.x86.avx512.vpdpbusd.512"),
+                    T.llvm_lookup_intrinsic_id(VPDPBUSD),
                     A[T.ramp(c * DOT_LANES, 1, DOT_LANES)],
                     X[T.ramp(0, 1, DOT_BYTES)],
                     X[T.ramp(DOT_BYTES, 1, DOT_BYTES)],
@@ -249,14 +251,22 @@ def measure_int8_ops(target, chains: int = 12, iters: int = 100_000) -> float | 
     7 calls, on a target with VNNI (this machine's CPU); None without it."""
     import tvm
 
-    from ..ir.int8_dot import target_has_vnni
-
-    target = tvm.target.Target(target) if isinstance(target, dict) else target
-    if not target_has_vnni(target):
+    target = _vnni_target(target)
+    if target is None:
         return None
     mod, args, ops = _dot_build(target, chains, iters)
     t = min(mod.time_evaluator("main", tvm.cpu(0), number=1, repeat=7)(*args).results)
     return ops / t
+
+
+def _vnni_target(target):
+    """`target` (a tvm Target or its dict) as a Target when it has VNNI, else None."""
+    import tvm
+
+    from ..ir.int8_dot import target_has_vnni
+
+    target = tvm.target.Target(target) if isinstance(target, dict) else target
+    return target if target_has_vnni(target) else None
 
 
 def _dot_build(target, chains: int = 12, iters: int = 100_000):
@@ -277,11 +287,10 @@ def int8_contender(target):
     and its int8 ops per call; None on a target without VNNI."""
     import tvm
 
-    from ..ir.int8_dot import target_has_vnni
     from .host import evaluator_timer
 
-    target = tvm.target.Target(target) if isinstance(target, dict) else target
-    if not target_has_vnni(target):
+    target = _vnni_target(target)
+    if target is None:
         return None
     mod, args, ops = _dot_build(target)
     return evaluator_timer(mod, "main", tvm.cpu(0), args), ops

@@ -25,6 +25,7 @@ DOT_BLOCK = "dot_u8s8"  # the block of the dot products: [m, n/16, 16] x reducti
 LANES, GROUP = 16, 4  # int32 lanes of one vpdpbusd, bytes summed into each lane
 VNNI_INTRIN = "ekb_vnni_u8s8_local"
 VNNI_FEATURE = "avx512vnni"
+VPDPBUSD = "llvm.x86.avx512.vpdpbusd.512"  # the LLVM intrinsic (this LLVM: <16 x i32>, <64 x i8>, <64 x i8>)
 
 
 @functools.cache
@@ -62,7 +63,7 @@ def register_intrinsics() -> None:
             T.writes(C[0:16])
             a4 = T.reinterpret(A.vload([0], "uint8x4"), dtype="int32")
             C[T.ramp(T.int32(0), 1, 16)] = T.call_llvm_pure_intrin(
-                T.llvm_lookup_intrinsic_id("llvm.x86.avx512.vpdpbusd.512"),
+                T.llvm_lookup_intrinsic_id(VPDPBUSD),
                 C.vload([0], dtype="int32x16"),
                 T.reinterpret(T.broadcast(a4, 16), dtype="int8x64"),
                 B.vload([0, 0], dtype="int8x64"),
