@@ -12,7 +12,10 @@ zero points za', zb' shifted the same way, and bias[n] = K za' zb' - za' sum_k b
 int32 ring arithmetic, so the result equals the original graph's bit for bit (overflow included). b' is
 packed as [N/16, K/4, 16, 4] (16 output columns by 4 consecutive k: one 64-byte vector per vpdpbusd),
 and it and the bias depend on weights only: LiftTransformParams moves them into main_transform_params,
-computed once at load. The kernel (`dot_func`: blocks `dot_u8s8`, `dot_u8s8_rowsum`) is plain TIR that
+computed once at load. Where zb' is known to be all 0 (symmetric int8 weights, or uint8 ones centred on 128:
+a constant, or a weight whose value the module carries) the term and the row sums are dropped: per row, K
+byte adds as many as the GEMM's vpdpbusd instructions at N = 64, which LLVM leaves scalar at small K. The
+kernel (`dot_func`: blocks `dot_u8s8`, `dot_u8s8_rowsum`) is plain TIR that
 any target builds; the rule that tensorizes it with `VNNI_INTRIN` (search/rules/dot.py) is offered only on
 targets with VNNI, and so is the graph pass (search/graph.graph_alternatives).
 """
@@ -22,6 +25,7 @@ from __future__ import annotations
 import functools
 
 DOT_BLOCK = "dot_u8s8"  # the block of the dot products: [m, n/16, 16] x reduction [k/4, 4]
+ROWSUM_BLOCK = "dot_u8s8_rowsum"  # the row sums of a (for the weights' zero points)
 LANES, GROUP = 16, 4  # int32 lanes of one vpdpbusd, bytes summed into each lane
 VNNI_INTRIN = "ekb_vnni_u8s8_local"
 VNNI_FEATURE = "avx512vnni"
@@ -87,13 +91,15 @@ def target_has_vnni(target) -> bool:
         return False
 
 
-def dot_func(rows: tuple[int, ...], k_: int, n_: int):
+def dot_func(rows: tuple[int, ...], k_: int, n_: int, zero_point: bool = True):
     """The kernel: a [*rows, K] uint8, bp [N/16, K/4, 16, 4] int8, bias [N] int32, zb [N] int32 (the weights'
     zero point per column) -> [*rows, N] int32 (`rows`: a matmul's rows, a convolution's N, H, W -- kept
     as they are, so the graph around the kernel needs no reshape and its consumers index it directly).
     Block `dot_u8s8_rowsum` sums each row of a; block `dot_u8s8` starts each output at its bias and
     zero-point correction (its init) and adds the dot products, 16 columns x 4 k per inner step. Opaque
-    to FuseOps: the requantization that follows stays a kernel of its own."""
+    to FuseOps: the requantization that follows stays a kernel of its own. Without `zero_point` (the
+    weights' zero points all 0 after the shift: symmetric int8 weights, or uint8 ones centred on 128) the
+    kernel has no zb and no row sums: each output starts at its bias."""
     from tvm.script import from_source
     from tvm.script import tirx as T
 
@@ -103,23 +109,29 @@ def dot_func(rows: tuple[int, ...], k_: int, n_: int):
     lv, vv = ", ".join(r), ", ".join(v)
     no_, ko_ = n_ // LANES, k_ // GROUP
     n_idx = f"vno * {LANES} + vni"
+    zb_param, init = "", f"bias[{n_idx}]"
+    rowsums = ""
+    if zero_point:
+        zb_param = f'zb: T.Buffer(({n_},), "int32"),'
+        init = f"bias[{n_idx}] - zb[{n_idx}] * rowsum[{vv}]"
+        rowsums = f"""
+    rowsum = T.sblock_alloc_buffer(({shape},), "int32")
+    for {lv}, k in T.grid({shape}, {k_}):
+        with T.sblock("{ROWSUM_BLOCK}"):
+            {vv}, vk = T.axis.remap("{"S" * len(rows)}R", [{lv}, k])
+            with T.init():
+                rowsum[{vv}] = 0
+            rowsum[{vv}] = rowsum[{vv}] + T.Cast("int32", A[{vv}, vk])"""
     src = f"""
 @T.prim_func(private=True, s_tir=True)
 def {DOT_BLOCK}(
     A: T.Buffer(({shape}, {k_}), "uint8"),
     Bp: T.Buffer(({no_}, {ko_}, {LANES}, {GROUP}), "int8"),
     bias: T.Buffer(({n_},), "int32"),
-    zb: T.Buffer(({n_},), "int32"),
+    {zb_param}
     D: T.Buffer(({shape}, {n_}), "int32"),
 ):
-    T.func_attr({{"tirx.noalias": True, "op_pattern": 8}})
-    rowsum = T.sblock_alloc_buffer(({shape},), "int32")
-    for {lv}, k in T.grid({shape}, {k_}):
-        with T.sblock("{DOT_BLOCK}_rowsum"):
-            {vv}, vk = T.axis.remap("{"S" * len(rows)}R", [{lv}, k])
-            with T.init():
-                rowsum[{vv}] = 0
-            rowsum[{vv}] = rowsum[{vv}] + T.Cast("int32", A[{vv}, vk])
+    T.func_attr({{"tirx.noalias": True, "op_pattern": 8}}){rowsums}
     for {lv}, no, ni, ko, ki in T.grid({shape}, {no_}, {LANES}, {ko_}, {GROUP}):
         with T.sblock("{DOT_BLOCK}"):
             {vv}, vno, vni, vko, vki = T.axis.remap("{"S" * len(rows)}SSRR", [{lv}, no, ni, ko, ki])
@@ -127,7 +139,7 @@ def {DOT_BLOCK}(
             T.reads(A[{vv}, vko * {GROUP} + vki], Bp[vno, vko, vni, vki])
             T.writes(D[{vv}, {n_idx}])
             with T.init():
-                D[{vv}, {n_idx}] = bias[{n_idx}] - zb[{n_idx}] * rowsum[{vv}]
+                D[{vv}, {n_idx}] = {init}
             D[{vv}, {n_idx}] = D[{vv}, {n_idx}] + T.Cast("int32", A[{vv}, vko * {GROUP} + vki]) * T.Cast(
                 "int32", Bp[vno, vko, vni, vki]
             )
@@ -221,6 +233,7 @@ def _rewriter(mod):
     @relax.expr_functor.mutator
     class Rewriter(relax.PyExprMutator):
         weights: set = set()
+        values: dict = {}  # weight parameter -> its value (main's "params"), where the module carries them
         var2val: dict = {}
 
         def weight_only(self, expr) -> bool:
@@ -232,6 +245,13 @@ def _rewriter(mod):
             if not isinstance(value, relax.Call) or isinstance(value.op, relax.GlobalVar):
                 return False
             return all(self.weight_only(a) for a in value.args if isinstance(a, (relax.Var, Constant)))
+
+        def known(self, expr):
+            """The value (numpy) of a constant or of a weight parameter whose value the module carries;
+            None otherwise."""
+            if isinstance(expr, Constant):
+                return expr.value.numpy()
+            return self.values.get(expr)
 
         def visit_call_(self, call):
             op = _op(call)
@@ -312,19 +332,22 @@ def _rewriter(mod):
                 a = bb.emit(R.astype(R.add(i32(a), c(128)), "uint8"))
                 za2 = R.add(za2, c(128))
             za2 = bb.emit(za2)
-            zb2 = i32(zb)
+            zb2, shift = i32(zb), 0
             if str(b.ty.dtype) == "uint8":
                 b = bb.emit(R.astype(R.subtract(i32(b), c(128)), "int8"))
-                zb2 = R.subtract(zb2, c(128))
+                zb2, shift = R.subtract(zb2, c(128)), 128
+            zb_value = self.known(zb)
+            # the weights' zero points all 0 after the shift: no correction by the row sums of a
+            zero_point = zb_value is None or bool((zb_value.astype("int64") - shift).any())
             zb2 = bb.emit(R.broadcast_to(zb2, (n_,)))
             packed = bb.emit(
                 R.permute_dims(R.reshape(b, (k_ // GROUP, GROUP, n_ // LANES, LANES)), [2, 0, 3, 1])
             )
             colsum = bb.emit(R.sum(i32(b), axis=[0]))
             bias = bb.emit(R.subtract(R.multiply(R.multiply(za2, zb2), c(k_)), R.multiply(za2, colsum)))
-            gv = bb.add_func(dot_func(tuple(shape[:-1]), k_, n_), DOT_BLOCK)
+            gv = bb.add_func(dot_func(tuple(shape[:-1]), k_, n_, zero_point), DOT_BLOCK)
             out_ty = relax.TensorType((*shape[:-1], n_), "int32")
-            return bb.emit(relax.call_tir(gv, [a, packed, bias, zb2], out_ty))
+            return bb.emit(relax.call_tir(gv, [a, packed, bias] + ([zb2] if zero_point else []), out_ty))
 
     return Rewriter(mod)
 
@@ -391,6 +414,9 @@ def _each_function(mod, make, weights: bool = False):
             attrs = func.attrs
             n_in = int(attrs["num_input"]) if attrs and "num_input" in attrs else len(func.params)
             rw.weights = set(func.params[n_in:])
+            values = list(attrs["params"]) if attrs and "params" in attrs else []
+            weights = func.params[n_in:] if len(values) == len(func.params) - n_in else []
+            rw.values = {p: v.numpy() for p, v in zip(weights, values if weights else [], strict=True)}
         rw.builder_.update_func(gv, rw.visit_expr(func))
     return relax.transform.DeadCodeElimination()(rw.builder_.get())
 
