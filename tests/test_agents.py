@@ -363,6 +363,74 @@ def test_starting_points_slower_than_tvm_default_are_dropped(monkeypatch):
         assert not ep.judged
 
 
+def test_a_kernel_decision_is_kept_by_that_kernels_own_time(monkeypatch):
+    """_layer with a scripted judge: each candidate is profiled for its kernel only, and kept when correct,
+    that kernel's time below the best's by KERNEL_GAIN and the whole model's speedup within WHOLE_SLACK of
+    the best's -- even when the model's time, noisier from judge to judge, came out a little lower than the
+    best's (then the best's speedup is the fresh one and the kernel's row takes its new time); not kept
+    when the kernel is not faster however fast the whole model looked, when the model is slower by more
+    than the slack, or when wrong. With no profile row of the kernel, the whole-model rule decides."""
+    from edgekernelbench.agents import leka
+    from edgekernelbench.agents.proposers import Proposal
+    from edgekernelbench.records import Result
+
+    trace = [[["GetSBlock", [], [], []]], []]
+    rows = [
+        {"kernel": "k", "share": 0.5, "us": 4.0, "gflops": None},
+        {"kernel": "j", "share": 0.5, "us": 4.0},
+    ]
+
+    class Proposer:
+        feedback: list = []
+
+        def propose(self, req):
+            Proposer.feedback = list(req.feedback)
+            return Proposal("p", layers={"loop": trace})
+
+    class Ep:
+        problem, method = get_problem(TINY), "leka"
+
+        def __init__(self, verdict):
+            self.verdict, self.profiled, self.steps, self.accepted = verdict, [], [], []
+
+        def judge(self, spec, **kw):
+            correct, s, us = self.verdict
+            res = Result(problem=TINY, sample=4, backend="host-cpu", correct=correct)
+            if correct:
+                res.speedups, res.speedup_ci = {"tvm-default": s}, {"tvm-default": [s * 0.99, s * 1.01]}
+                res.extra["kernels"] = [{"kernel": "k", "median": us * 1e-6, "share": 1.0}]
+            self.profiled.append(kw["profile"])
+            self.accepted.append(kw["accept"](res))
+            return res
+
+        def record(self, **kw):
+            self.steps.append(kw)
+
+    kernel = type("K", (), {"name": "k"})
+    for verdict, kept in (
+        ((True, 9.6, 3.0), True),  # the kernel 25% faster, the model measured 4% below the best
+        ((True, 20.0, 3.95), False),  # the model "2x faster", the kernel not faster by KERNEL_GAIN
+        ((True, 8.0, 2.0), False),  # the kernel 2x faster, the model 20% slower
+        ((False, 0.0, 0.0), False),
+    ):
+        ep = Ep(verdict)
+        best, out = leka._layer(ep, Proposer(), kernel, "loop", {}, 10.0, rows, {}, leka.Whole(), {})
+        assert ep.profiled[0] == ["k"] and ep.accepted[0] == kept
+        assert len(ep.profiled) == (1 if kept else leka.ATTEMPTS)
+        if kept:
+            assert best == 9.6 and ep.steps[-1]["kind"] == "accept"
+            assert {r["kernel"]: r["us"] for r in out} == {"k": 3.0, "j": 4.0}
+            assert out[0]["kernel"] == "j" and abs(out[0]["share"] - 4 / 7) < 1e-9
+        else:
+            assert (best, out) == (10.0, rows) and not ep.steps
+        if verdict[1] == 20.0:  # the feedback names the kernel's times
+            assert "k took 3.95 us per run against 4.00 us in the best so far" in Proposer.feedback[-1]
+    ep = Ep((True, 10.1, 1.0))  # no row for the kernel: held to the whole model's MIN_GAIN
+    assert leka._layer(ep, Proposer(), kernel, "loop", {}, 10.0, rows[1:], {}, leka.Whole(), {})[0] == 10.0
+    ep = Ep((True, 11.0, 1.0))
+    assert leka._layer(ep, Proposer(), kernel, "loop", {}, 10.0, rows[1:], {}, leka.Whole(), {})[0] == 11.0
+
+
 def test_direct_and_flat_with_a_scripted_model(tmp_path):
     run = tmp_path / "run"
     with FakeLLM({TINY: [NO_CODE, TINY_OK]}) as fake:

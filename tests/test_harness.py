@@ -283,3 +283,21 @@ class Count:
         cls = Count
         y = R.call_tir(cls.inc, (c,), out_ty=R.Tensor((1,), "int32"))
         return y
+
+
+def test_a_profile_of_named_kernels_times_only_the_candidates_calls_of_them():
+    """profile=True: every kernel call of the candidate and of tvm-default; profile=[names]: only the
+    candidate's calls of those kernels (what a search comparing one kernel's versions reads)."""
+    from edgekernelbench.problems import get_problem
+    from edgekernelbench.search.rules import rule_spec
+
+    pid = "L1/tiny_matmulint_i8_u8w"  # two kernels: the zero-point subtraction, the matmul
+    spec = rule_spec(get_problem(pid))
+    kw = {"trials": 1, "timing": TimingConfig.quick(), "baselines": ("tvm-default",)}
+    full = evaluate(pid, spec, profile=True, **kw)
+    assert full.correct, full.detail
+    assert {k["kernel"] for k in full.extra["kernels"]} == {"fused_cast_subtract", "matmul"}
+    assert full.extra["kernels:tvm-default"]
+    one = evaluate(pid, spec, profile=["matmul"], **kw)
+    assert [k["kernel"] for k in one.extra["kernels"]] == ["matmul"] and one.extra["kernels"][0]["median"] > 0
+    assert "kernels:tvm-default" not in one.extra

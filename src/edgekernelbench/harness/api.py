@@ -43,7 +43,7 @@ def evaluate(
     timing: TimingConfig | None = None,
     baselines: tuple[str, ...] = DEFAULT_BASELINES,
     measure: bool = True,
-    profile: bool = False,
+    profile: bool | list[str] = False,
     limits: Limits | None = None,
     tracker: str | None = None,
     device_retries: int = 2,
@@ -52,7 +52,8 @@ def evaluate(
 ) -> Result:
     """Judges one candidate: a KernelSpec, a path to a candidate file, or TVMScript module text, on
     `backend` (a profile name, or the BackendProfile a command resolved once: backends.registry.as_profile).
-    `profile`: also time each kernel call of main (candidate and tvm-default).
+    `profile`: also time each kernel call of main (candidate and tvm-default); a list of kernel names:
+    only the candidate's calls of those kernels (what a search comparing one kernel's versions needs).
     `tracker` (HOST:PORT): a backend whose profile has an rpc_key runs on a device of that key
     (backends/rpc.py); a device lost mid-run is retried on another one up to `device_retries` times.
     `peak`: the backend's measured peaks (FLOP/s, bandwidths; runs.backend_peak), for the plausibility

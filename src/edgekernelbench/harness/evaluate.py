@@ -379,8 +379,9 @@ def _judge(job, res, runner, problem, oracle, session, baselines, backend, t_sta
         if job.profile:
             rounds = max(3, job.timing["rounds"] // 3)  # kernels side by side: no pair to resolve
             profile_cfg = TimingConfig(**{**job.timing, "rounds": rounds, "max_rounds": 0})
-            res.extra["kernels"] = runner.profile(inputs, profile_cfg)
-            for name, runner_b in baseline_runners.items():
+            only = list(job.profile) if isinstance(job.profile, list) else None
+            res.extra["kernels"] = runner.profile(inputs, profile_cfg, only)
+            for name, runner_b in baseline_runners.items() if only is None else ():
                 res.extra[f"kernels:{name}"] = runner_b.profile(inputs, profile_cfg)
     return _done(res, t_start)
 

@@ -23,7 +23,9 @@ class Job:
     timing: dict = field(default_factory=lambda: asdict(TimingConfig()))
     baselines: list[str] = field(default_factory=lambda: list(DEFAULT_BASELINES))
     measure: bool = True  # time the candidate and baselines when it is correct
-    profile: bool = False  # also time each kernel call of main (candidate and tvm-default)
+    # also time each kernel call of main (candidate and tvm-default); a list of kernel names: only the
+    # candidate's calls of those kernels (an agent comparing one kernel's versions)
+    profile: bool | list[str] = False
     tracker: str | None = None  # TVM RPC tracker HOST:PORT: run on a device under the profile's rpc_key
     timeout_s: float = 300.0  # the worker's wall-clock limit; a remote session gets the same
     # the native ONNX Runtime timer library, built by the parent (baselines/ort_native.py): the worker only

@@ -126,14 +126,17 @@ class Runner:
         """run(number): exactly `number` calls of main, untimed (the runner's side of RunnerProxy.timer)."""
         return self.loaded.caller("main", self.args(inputs, self.tp_vm))
 
-    def profile(self, inputs, cfg: TimingConfig) -> list[dict]:
-        """Per kernel call of main: name, FLOPs (TIR estimate) and median time, same protocol."""
+    def profile(self, inputs, cfg: TimingConfig, only: list[str] | None = None) -> list[dict]:
+        """Per kernel call of main (`only`: of these kernels): name, FLOPs (TIR estimate) and median time,
+        same protocol; "share": of the time of the calls timed."""
         from ..reference import kernel_flops
 
         calls: list = []
         self.kernels.run("main", self.args(inputs, self.tp_kernels), calls=calls)
         timers = {
-            f"{i}:{name}": self.loaded.kernel_timer(name, args) for i, (name, args, _) in enumerate(calls)
+            f"{i}:{name}": self.loaded.kernel_timer(name, args)
+            for i, (name, args, _) in enumerate(calls)
+            if only is None or name in only
         }
         times = time_interleaved(timers, cfg)
         out = []
@@ -206,7 +209,10 @@ def _serve(sock: socket.socket, backend, session, reference) -> None:
                     calls(1)
                     send(sock, {"ok": True})
                 elif op == "profile":
-                    send(sock, {"ok": True, "kernels": runner.profile(inputs, TimingConfig(**req["timing"]))})
+                    only = req.get("only")
+                    only = [str(n) for n in only] if isinstance(only, list) else None
+                    kernels = runner.profile(inputs, TimingConfig(**req["timing"]), only)
+                    send(sock, {"ok": True, "kernels": kernels})
                 else:  # every kernel call with fresh sentinel outputs, `repeats` times (timed by the judge)
                     for _ in range(int(req["repeats"])):
                         runner.run_kernels(inputs)
@@ -344,10 +350,10 @@ class RunnerProxy:
 
         return run
 
-    def profile(self, inputs, cfg) -> list[dict]:
+    def profile(self, inputs, cfg, only: list[str] | None = None) -> list[dict]:
         from dataclasses import asdict
 
-        rep, _ = self._with_inputs({"op": "profile", "timing": asdict(cfg)}, inputs)
+        rep, _ = self._with_inputs({"op": "profile", "timing": asdict(cfg), "only": only}, inputs)
         return rep.get("kernels") if isinstance(rep.get("kernels"), list) else []
 
     def poisoned_time(self, inputs, repeats: int = 25) -> dict:
