@@ -128,9 +128,10 @@ def run_leka(ep: Episode, proposer) -> None:
                 best, rows = _target_layer(ep, proposer, state, workloads, whole, best, rows)
             for pass_ in range(MAX_PASSES):
                 spent = (ep.usage.evals, ep.usage.calls)
-                # one judgment per pass also profiles (the kernels' shares for the next pass): a profile
-                # times every kernel call of both the candidate and tvm-default (seconds on an L3 model)
-                profile = {"next": pass_ > 0 and len(ks) > 1}
+                # one judgment per pass profiles every kernel of the candidate (their shares for the next
+                # pass; tvm-default's are not needed after the start: seconds on an L3 model), the others
+                # only the kernel they change
+                profile = {"next": list(ks) if pass_ > 0 and len(ks) > 1 else None}
                 for name in _kernels_that_matter(rows, ks):
                     if pass_ == 0 and name in reused:
                         continue
@@ -183,7 +184,9 @@ def _graph_layer(ep: Episode, db: KernelDB, proposer, target: str, best: float):
         _starting_points(proposer, ks, state)
         workloads = {k.name: k.workload for k in ks.values()}
         spec = build_spec(ep.problem, state, ep.method, workloads=workloads, whole=Whole(trial))
-        res = ep.judge(spec, layer="graph", label=label, accept=lambda r, best=best: improves(r, best))
+        res = ep.judge(
+            spec, layer="graph", label=label, profile=list(ks), accept=lambda r, best=best: improves(r, best)
+        )
         s = score(res)
         if improves(res, best):
             ep.record(kind="accept", layer="graph", proposal=label, speedup=s)
@@ -199,7 +202,13 @@ def _target_layer(ep: Episode, proposer, state: dict, workloads: dict, whole: Wh
     for label, attrs in proposer.target_options():
         trial = Whole(whole.passes, {**whole.target_attrs, **attrs})
         spec = build_spec(ep.problem, state, ep.method, workloads=workloads, whole=trial)
-        res = ep.judge(spec, layer="target", label=label, accept=lambda r, best=best: improves(r, best))
+        res = ep.judge(
+            spec,
+            layer="target",
+            label=label,
+            profile=list(workloads) or True,  # the candidate's kernels
+            accept=lambda r, best=best: improves(r, best),
+        )
         if improves(res, best):
             ep.record(kind="accept", layer="target", proposal=label, speedup=score(res))
             whole.target_attrs, best, rows = trial.target_attrs, score(res), profile_rows(res) or rows
@@ -337,7 +346,7 @@ def _layer(
             layer=layer,
             label=prop.label,
             # every kernel (and tvm-default's) once per pass, for the next pass's order; else this kernel
-            profile=profile.pop("next", False) or [kernel.name],
+            profile=profile.pop("next", None) or [kernel.name],
             accept=lambda r, code=prop.code, before=before: (
                 improves_kernel(r, best, before, kernel.name) and (code is None or _traced(r, kernel.name))
             ),
