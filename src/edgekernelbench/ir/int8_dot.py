@@ -233,7 +233,7 @@ def _rewriter(mod):
     @relax.expr_functor.mutator
     class Rewriter(relax.PyExprMutator):
         weights: set = set()
-        values: dict = {}  # weight parameter -> its value (main's "params"), where the module carries them
+        values: dict = {}  # weight parameter -> its tensor (main's "params"), where the module carries them
         var2val: dict = {}
 
         def weight_only(self, expr) -> bool:
@@ -251,7 +251,8 @@ def _rewriter(mod):
             None otherwise."""
             if isinstance(expr, Constant):
                 return expr.value.numpy()
-            return self.values.get(expr)
+            value = self.values.get(expr)
+            return None if value is None else value.numpy()
 
         def visit_call_(self, call):
             op = _op(call)
@@ -416,7 +417,7 @@ def _each_function(mod, make, weights: bool = False):
             rw.weights = set(func.params[n_in:])
             values = list(attrs["params"]) if attrs and "params" in attrs else []
             weights = func.params[n_in:] if len(values) == len(func.params) - n_in else []
-            rw.values = {p: v.numpy() for p, v in zip(weights, values if weights else [], strict=True)}
+            rw.values = dict(zip(weights, values if weights else [], strict=True))  # read when asked
         rw.builder_.update_func(gv, rw.visit_expr(func))
     return relax.transform.DeadCodeElimination()(rw.builder_.get())
 
