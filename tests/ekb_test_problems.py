@@ -144,3 +144,18 @@ _fixture(
     "divisor fills a vector",
     _matmul_odd,
 )
+
+
+def _matmul_twice(g):
+    x = g.input("x", (4, 8))
+    y = g.node("MatMul", [x, g.weight((8, 8))])
+    g.output(g.node("MatMul", [y, g.weight((8, 8))]))
+
+
+_fixture(
+    "L1/tiny_matmul_twice",
+    "nlp",
+    "matmul",
+    "test fixture: (x (4x8) @ w1 (8x8)) @ w2 (8x8): one kernel, called twice",
+    _matmul_twice,
+)

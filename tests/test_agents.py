@@ -369,9 +369,13 @@ def test_a_kernel_decision_is_kept_by_that_kernels_own_time(monkeypatch):
     the best's -- even when the model's time, noisier from judge to judge, came out a little lower than the
     best's (then the best's speedup is the fresh one and the kernel's row takes its new time); not kept
     when the kernel is not faster however fast the whole model looked, when the model is slower by more
-    than the slack, or when wrong. With no profile row of the kernel, the whole-model rule decides."""
+    than the slack, or when wrong. With no profile row of the kernel, the whole-model rule decides. The
+    whole model is timed without the rounds that narrow its interval (`guard_timing`)."""
+    from dataclasses import replace
+
     from edgekernelbench.agents import leka
     from edgekernelbench.agents.proposers import Proposal
+    from edgekernelbench.harness.api import TimingConfig
     from edgekernelbench.records import Result
 
     trace = [[["GetSBlock", [], [], []]], []]
@@ -389,11 +393,14 @@ def test_a_kernel_decision_is_kept_by_that_kernels_own_time(monkeypatch):
 
     class Ep:
         problem, method = get_problem(TINY), "leka"
+        cfg = type("Cfg", (), {"timing": TimingConfig.search()})
 
         def __init__(self, verdict):
             self.verdict, self.profiled, self.steps, self.accepted = verdict, [], [], []
 
         def judge(self, spec, **kw):
+            # the whole model timed only as a guard: the search's rounds, none added to narrow its interval
+            assert kw["timing"] == replace(TimingConfig.search(), max_rounds=0)
             correct, s, us = self.verdict
             res = Result(problem=TINY, sample=4, backend="host-cpu", correct=correct)
             if correct:

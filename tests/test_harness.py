@@ -287,7 +287,9 @@ class Count:
 
 def test_a_profile_of_named_kernels_times_only_the_candidates_calls_of_them():
     """profile=True: every kernel call of the candidate and of tvm-default; profile=[names]: only the
-    candidate's calls of those kernels (what a search comparing one kernel's versions reads)."""
+    candidate's calls of those kernels (what a search comparing one kernel's versions reads), one timed per
+    kernel and the others counted (profile_rows: the time per run of main in that kernel)."""
+    from edgekernelbench.agents.episode import profile_rows
     from edgekernelbench.problems import get_problem
     from edgekernelbench.search.rules import rule_spec
 
@@ -301,3 +303,15 @@ def test_a_profile_of_named_kernels_times_only_the_candidates_calls_of_them():
     one = evaluate(pid, spec, profile=["matmul"], **kw)
     assert [k["kernel"] for k in one.extra["kernels"]] == ["matmul"] and one.extra["kernels"][0]["median"] > 0
     assert "kernels:tvm-default" not in one.extra
+    # a kernel main calls twice: every call in a full profile; named, its first call timed and both counted
+    pid = "L1/tiny_matmul_twice"
+    spec = rule_spec(get_problem(pid))
+    full = evaluate(pid, spec, profile=True, **kw)
+    assert [(k["kernel"], k["calls"]) for k in full.extra["kernels"]] == [("matmul", 1), ("matmul", 1)]
+    one = evaluate(pid, spec, profile=["matmul"], **kw)
+    assert [(k["kernel"], k["calls"], k["share"]) for k in one.extra["kernels"]] == [("matmul", 2, 1.0)]
+    (row,) = profile_rows(one)
+    # where the judgment's time went: the judge's phases, and what the parent waited for
+    assert {"module", "verify", "correctness", "timing", "profile"} <= set(one.extra["phases"])
+    assert set(one.extra["parent_phases"]) == {"started", "builder", "judge_after_builder"}
+    assert row["calls"] == 2 and abs(row["us"] - 2e6 * one.extra["kernels"][0]["median"]) < 1e-9

@@ -292,7 +292,9 @@ def test_the_peak_kernel_as_a_contender_against_itself_is_at_its_own_peak():
 
     run, flops = peak_contender(build_target(1))
     assert flops == 2.0 * peak.CHAINS * 16 * peak.ITERS
-    cfg = TimingConfig(warmup_ms=2, min_repeat_ms=2, rounds=5)
+    # 15 rounds: under `make test` the other test worker shares this 2-core machine, and 5 rounds of 2 ms
+    # once measured 0.45 (3 of the 5 rounds disturbed)
+    cfg = TimingConfig(warmup_ms=2, min_repeat_ms=4, rounds=15)
     t = time_interleaved({"a": run, "b": run}, cfg)
     frac, lo, hi = fraction_of_peak(t["a"], flops, t["b"], flops)
     assert lo <= frac <= hi and 0.5 < frac < 2.0  # the same code timed twice: near 1 however loaded

@@ -59,15 +59,17 @@ def score(res: Result) -> float | None:
 
 
 def profile_rows(res: Result) -> list[dict]:
-    """The candidate's time per kernel call (the judge's per-kernel profile), largest share first."""
+    """The candidate's kernel calls as the judge's per-kernel profile timed them, largest share first: "us"
+    the microseconds per run of main in that row's calls ("calls" of them: a profile of named kernels
+    times one call of each and counts the others, harness/runner.py), "gflops" per call."""
     rows = []
     for k in res.extra.get("kernels") or []:
-        us = float(k.get("median") or 0.0) * 1e6
+        per_call = float(k.get("median") or 0.0) * 1e6
+        calls = int(k.get("calls") or 1)
         flops = k.get("flops")
-        gflops = (flops / (us * 1e-6) / 1e9) if flops and us > 0 else None
-        rows.append(
-            {"kernel": k["kernel"], "share": float(k.get("share") or 0.0), "us": us, "gflops": gflops}
-        )
+        gflops = (flops / (per_call * 1e-6) / 1e9) if flops and per_call > 0 else None
+        row = {"kernel": k["kernel"], "share": float(k.get("share") or 0.0), "us": per_call * calls}
+        rows.append({**row, "calls": calls, "gflops": gflops})
     return sorted(rows, key=lambda r: -r["share"])
 
 
@@ -113,15 +115,16 @@ class Episode:
         profile=True,
         charge=True,
         accept: Callable[[Result], bool] | None = None,
+        timing: TimingConfig | None = None,
     ) -> Result:
         """Judges `spec` (one evaluation of the budget; `charge=False`: the final judgment of an external
         agent's file, made whatever it spent) and records the step. The candidate becomes the episode's best
         when `accept(result)` says so (a method with its own acceptance rule: LEKA), else when its score is
-        above the best's."""
+        above the best's. `timing`: this judgment's protocol, when not the episode's."""
         if charge:
             self.usage.charge_eval()
         t0 = time.perf_counter()
-        res = self._evaluate(spec, profile)
+        res = self._evaluate(spec, profile, timing)
         s = score(res)
         if accept is not None:
             improved = s is not None and accept(res)
@@ -147,6 +150,7 @@ class Episode:
                 "text": verdict_text(res),
             },
             seconds=round(time.perf_counter() - t0, 3),
+            phases={**res.extra.get("parent_phases", {}), **res.extra.get("phases", {})},
             improved=improved,
         )
         log.info(

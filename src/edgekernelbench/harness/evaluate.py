@@ -164,7 +164,7 @@ def run_job(job: Job, module_source: Callable[[], object] | None = None) -> Resu
         res = _run_job(job, state, module_source)
     except RunnerDied as e:  # the candidate's own process died (e.g. a segfault in a kernel)
         res = state["res"].failure("crash", str(e))
-        res = _done(res, state["t_start"])
+        res = _done(res, state["laps"])
     except Exception as e:
         session = state.get("session")
         failure = session.diagnose(e) if session is not None and hasattr(session, "diagnose") else None
@@ -174,7 +174,7 @@ def run_job(job: Job, module_source: Callable[[], object] | None = None) -> Resu
         res.failure(failure.reason, str(failure))
         if failure.retry:
             res.extra["device_lost"] = True
-        res = _done(res, state["t_start"])
+        res = _done(res, state["laps"])
     finally:
         if state.get("proxy") is not None:
             state["proxy"].close()
@@ -193,7 +193,7 @@ def _run_job(job: Job, state: dict, module_source=None) -> Result:
     from ..problems import get_problem
     from ..reference import build_reference
 
-    t_start = time.perf_counter()
+    laps = Laps()
     problem = get_problem(job.problem)
     backend = backend_for(job.resolved_profile(), tracker=job.tracker)
     if hasattr(backend, "session_timeout"):  # a remote device's session ends with the worker's limit
@@ -214,17 +214,19 @@ def _run_job(job: Job, state: dict, module_source=None) -> Result:
         res.spec_hash, res.method = str(job.spec.get("spec_hash", "")), str(job.spec.get("method", ""))
         target_attrs = job.spec.get("target_attrs") or {}
     reference = build_reference(problem)
+    laps.mark("reference")
     try:
         session = backend.session()
     except DeviceUnavailable as e:  # this machine's fault (no GPU or runtime), not the candidate's
-        return _done(res.failure("infra", str(e)), t_start)
-    state.update(res=res, session=session, t_start=t_start)
+        return _done(res.failure("infra", str(e)), laps)
+    state.update(res=res, session=session, laps=laps)
     proxy = None
     if isinstance(backend, LocalBackend) and backend.profile.kind == "host":
         # the candidate's native code will run in its own process, forked now: one thread, no oracle yet
         proxy, why = fork_runner(backend, session, reference, _runner_sandbox(job))
         state["proxy"] = proxy
         res.extra["runner"] = "separate process" if proxy else f"in the judge: {why}"
+        laps.mark("fork_runner")
 
     # Trusted work first, while a builder materializes the candidate: baselines (built; on this machine's
     # CPU also loaded, its code generated; a device is reached for the candidate first, so that a device
@@ -239,6 +241,7 @@ def _run_job(job: Job, state: dict, module_source=None) -> Result:
             oracle = Oracle(problem)  # the exact onnx.reference for integer arithmetic, else ONNX Runtime
         except OracleError as e:  # the problem's model, not the candidate
             oracle_error = str(e)
+    laps.mark("baselines_oracle")
 
     try:
         schedule_traces: dict = {}
@@ -248,48 +251,53 @@ def _run_job(job: Job, state: dict, module_source=None) -> Result:
             mod = materialize(spec, problem, reference, schedule_traces)
         if schedule_traces:  # what a model's schedule_code did, as replayable traces
             res.extra["schedule_traces"] = schedule_traces
+        laps.mark("module")  # a judge: waiting for the builder, then loading its JSON
     except MalformedCandidate as e:
-        return _done(res.failure("parse_error", str(e)), t_start)
+        return _done(res.failure("parse_error", str(e)), laps)
     except DecisionError as e:
-        return _done(res.failure("decision_error", str(e)), t_start)
+        return _done(res.failure("decision_error", str(e)), laps)
     except SignatureMismatch as e:
-        return _done(res.failure("signature", str(e)), t_start)
+        return _done(res.failure("signature", str(e)), laps)
     try:
         check_signature(mod, problem, reference)
     except SignatureMismatch as e:
-        return _done(res.failure("signature", str(e)), t_start)
+        return _done(res.failure("signature", str(e)), laps)
     try:  # nothing of the candidate is built before its IR is verified (harness/verify.py)
         verify_module(mod, reference.module)
         verify_target_attrs(target_attrs)
     except ForbiddenConstruct as e:
-        return _done(res.failure("forbidden", str(e)), t_start)
+        return _done(res.failure("forbidden", str(e)), laps)
+    laps.mark("verify")
     if proxy is not None:  # built and loaded in the runner; the judge never runs the candidate's code
         if oracle is None:
-            return _done(res.failure("infra", oracle_error), t_start)
+            return _done(res.failure("infra", oracle_error), laps)
         res.oracle = oracle.name
         try:
             library, compile_s = _compile_kernels(job, mod, backend, target_attrs, res)
+            laps.mark("compile_kernels")
             res.compile_seconds, _ = proxy.load(mod, target_attrs, library)
+            laps.mark("runner_load")
             res.compile_seconds += compile_s
         except ToolchainMissing as e:
-            return _done(res.failure("infra", str(e)), t_start)
+            return _done(res.failure("infra", str(e)), laps)
         except CandidateBuildError as e:
-            return _done(res.failure("compile_error", str(e)), t_start)
+            return _done(res.failure("compile_error", str(e)), laps)
         except (KernelFault, GraphError) as e:
             res.compiled = True
-            return _done(res.failure(getattr(e, "reason", "signature"), str(e)), t_start)
+            return _done(res.failure(getattr(e, "reason", "signature"), str(e)), laps)
         except RuntimeError as e:
             res.compiled = True
-            return _done(res.failure("runtime_error", "main_transform_params: " + str(e)), t_start)
+            return _done(res.failure("runtime_error", "main_transform_params: " + str(e)), laps)
         res.compiled = True
-        return _judge(job, res, proxy, problem, oracle, session, baselines, backend, t_start)
+        return _judge(job, res, proxy, problem, oracle, session, baselines, backend, laps)
     try:
         built = backend.build(mod, target_attrs)
     except ToolchainMissing as e:  # this machine's fault, not the candidate's
-        return _done(res.failure("infra", str(e)), t_start)
+        return _done(res.failure("infra", str(e)), laps)
     except Exception as e:
-        return _done(res.failure("compile_error", last_line(e) + "\n" + str(e)[-3000:]), t_start)
+        return _done(res.failure("compile_error", last_line(e) + "\n" + str(e)[-3000:]), laps)
     res.compiled, res.compile_seconds = True, built.seconds
+    laps.mark("build")
     res.extra.update(getattr(built, "extra", None) or {})  # e.g. the generated device source (GPU)
     if not backend.profile.can_check:
         res.timing_status = "compile-only"
@@ -299,32 +307,34 @@ def _run_job(job: Job, state: dict, module_source=None) -> Result:
                 f"{backend.name}: compiled; correctness not checked: no device to run on here "
                 f"(run = {backend.profile.run})",
             ),
-            t_start,
+            laps,
         )
 
     if oracle is None:
-        return _done(res.failure("infra", oracle_error), t_start)
+        return _done(res.failure("infra", oracle_error), laps)
     res.oracle = oracle.name
     try:
         runner = Runner(mod, built, session, reference)
     except (KernelFault, GraphError) as e:
         raise_device_failure(session, e)
-        return _done(res.failure(getattr(e, "reason", "signature"), str(e)), t_start)
+        return _done(res.failure(getattr(e, "reason", "signature"), str(e)), laps)
     except Exception as e:
         raise_device_failure(session, e)
-        return _done(res.failure("runtime_error", "main_transform_params: " + last_line(e)), t_start)
-    return _judge(job, res, runner, problem, oracle, session, baselines, backend, t_start)
+        return _done(res.failure("runtime_error", "main_transform_params: " + last_line(e)), laps)
+    laps.mark("load")
+    return _judge(job, res, runner, problem, oracle, session, baselines, backend, laps)
 
 
-def _judge(job, res, runner, problem, oracle, session, baselines, backend, t_start) -> Result:
+def _judge(job, res, runner, problem, oracle, session, baselines, backend, laps) -> Result:
     """Correctness against the oracle, then the timing protocol, for a loaded candidate (`runner`: an
     in-process Runner, or a RunnerProxy to the candidate's own process) against the baselines (name ->
     loader: `_loader`)."""
     from ..baselines.onnxruntime import ort_contender
 
     res.correctness = check_correctness(runner, problem, oracle, job.trials, job.seed)
+    laps.mark("correctness")
     if not res.correctness.correct:
-        return _done(res.failure(res.correctness.reason or "wrong_output", res.correctness.detail), t_start)
+        return _done(res.failure(res.correctness.reason or "wrong_output", res.correctness.detail), laps)
     res.correct, res.reason = True, None
 
     if not job.measure:
@@ -361,7 +371,9 @@ def _judge(job, res, runner, problem, oracle, session, baselines, backend, t_sta
                 problem, inputs, job.threads, job.ort_timer_lib, job.ort_timer_unavailable
             )
             res.extra.update(onnxruntime_on="host", onnxruntime_timer=how)
+        laps.mark("timers")
         timings = _time_here(contenders, job, backend, res, runner)
+        laps.mark("timing")
         res.runtime = timings.pop("candidate")
         res.baselines = timings
         for n, t in timings.items():
@@ -381,9 +393,10 @@ def _judge(job, res, runner, problem, oracle, session, baselines, backend, t_sta
             profile_cfg = TimingConfig(**{**job.timing, "rounds": rounds, "max_rounds": 0})
             only = list(job.profile) if isinstance(job.profile, list) else None
             res.extra["kernels"] = runner.profile(inputs, profile_cfg, only)
+            laps.mark("profile")
             for name, runner_b in baseline_runners.items() if only is None else ():
                 res.extra[f"kernels:{name}"] = runner_b.profile(inputs, profile_cfg)
-    return _done(res, t_start)
+    return _done(res, laps)
 
 
 def _kernel_dir() -> Path:
@@ -475,6 +488,22 @@ def _ort_output(problem, oracle, inputs: dict, threads: int) -> dict:
         return {"matches_oracle": None, "oracle": oracle.name, "error": last_line(e)}
 
 
-def _done(res: Result, t_start: float) -> Result:
-    res.eval_seconds = time.perf_counter() - t_start
+class Laps:
+    """A judgment's phases, each one's seconds since the previous mark: the judge's own cost, where it goes
+    (extra["phases"]; the parent adds its waits: harness/isolation.py)."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+        self.start = self.last = time.perf_counter()
+
+    def mark(self, name: str) -> None:
+        now = time.perf_counter()
+        self.seconds[name] = round(self.seconds.get(name, 0.0) + now - self.last, 4)
+        self.last = now
+
+
+def _done(res: Result, laps: Laps) -> Result:
+    laps.mark("rest")
+    res.eval_seconds = laps.last - laps.start
+    res.extra["phases"] = laps.seconds
     return res

@@ -321,6 +321,7 @@ def _build_and_judge(job: Job, limits: Limits, tmp: Path, warm=None) -> Result:
     forked from this warm judge (harness/zygote.py)."""
     from .builder import MODULE_FILE
 
+    t0 = time.perf_counter()
     judge_job = replace(job, spec=judge_spec(job.spec), handoff=True)
     judge = _start(judge_job, tmp / "judge", limits, stdin=subprocess.PIPE, warm=warm)
     builder_job = Job(
@@ -334,8 +335,10 @@ def _build_and_judge(job: Job, limits: Limits, tmp: Path, warm=None) -> Result:
         task="build",
     )
     builder = _start(builder_job, tmp / "build", limits, warm=warm)
+    t_started = time.perf_counter()
     isolation = {"builder": builder.isolation.describe(), "judge": judge.isolation.describe()}
     failure = _builder_failure(builder, job, limits, *_wait(builder, limits))
+    t_built = time.perf_counter()
     module = builder.dir / MODULE_FILE
     if failure is None and (not module.is_file() or module.stat().st_size > MAX_RESULT_BYTES):
         failure = Result(job.problem, job.sample, job.backend, candidate=job.candidate).failure(
@@ -347,6 +350,11 @@ def _build_and_judge(job: Job, limits: Limits, tmp: Path, warm=None) -> Result:
             judge.proc.stdin.write((MODULE_FILE + "\n").encode())
             judge.proc.stdin.close()
         res = _judge_result(judge, job, limits, *_wait(judge, limits))
+        res.extra["parent_phases"] = {  # what this process waited for (the judge's own: extra["phases"])
+            "started": round(t_started - t0, 4),
+            "builder": round(t_built - t_started, 4),
+            "judge_after_builder": round(time.perf_counter() - t_built, 4),
+        }
         traces = _builder_status(builder).get("schedule_traces")
         if traces and isinstance(traces, dict):  # what a model's schedule_code did, as replayable traces
             res.extra["schedule_traces"] = traces

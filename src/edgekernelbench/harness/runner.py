@@ -127,26 +127,33 @@ class Runner:
         return self.loaded.caller("main", self.args(inputs, self.tp_vm))
 
     def profile(self, inputs, cfg: TimingConfig, only: list[str] | None = None) -> list[dict]:
-        """Per kernel call of main (`only`: of these kernels): name, FLOPs (TIR estimate) and median time,
-        same protocol; "share": of the time of the calls timed."""
+        """Per kernel call of main: name, FLOPs (TIR estimate), median time per call, same protocol, and
+        "calls": 1. `only` (a search comparing versions of these kernels): one row per named kernel, its
+        first call timed and "calls" its calls in main -- a kernel's calls share its shapes and code (a
+        DS-CNN calls each of its two block kernels 4 times: timing each call cost 4x). "share": of the
+        time of main's calls timed (median x calls)."""
         from ..reference import kernel_flops
 
         calls: list = []
         self.kernels.run("main", self.args(inputs, self.tp_kernels), calls=calls)
-        timers = {
-            f"{i}:{name}": self.loaded.kernel_timer(name, args)
-            for i, (name, args, _) in enumerate(calls)
-            if only is None or name in only
-        }
+        counts: dict[str, int] = {}
+        timers = {}
+        for i, (name, args, _) in enumerate(calls):
+            if only is not None and name not in only:
+                continue
+            counts[name] = counts.get(name, 0) + 1
+            if only is None or counts[name] == 1:
+                timers[f"{i}:{name}"] = self.loaded.kernel_timer(name, args)
         times = time_interleaved(timers, cfg)
         out = []
         for key, t in times.items():
             name = key.split(":", 1)[1]
             flops = kernel_flops(self.kernels.module[name])
-            out.append({"kernel": name, "flops": flops, "median": t.median, "iqr": t.iqr})
-        total = sum(k["median"] for k in out) or 1.0
+            n = 1 if only is None else counts[name]
+            out.append({"kernel": name, "flops": flops, "median": t.median, "iqr": t.iqr, "calls": n})
+        total = sum(k["median"] * k["calls"] for k in out) or 1.0
         for k in out:
-            k["share"] = k["median"] / total
+            k["share"] = k["median"] * k["calls"] / total
         return out
 
     def poisoned_time(self, inputs, repeats: int = 25) -> dict:
