@@ -19,7 +19,9 @@ micro-kernel (vpdpbusd), their roof the run's "int8_ops" (else measured here). P
   with its 95% confidence interval: what the kernel reaches of the peak under the conditions it ran in.
 
 The issue's bar (compute-bound kernels at >= 60% of one core's peak) is checked on the side-by-side
-figure; both are printed. Kernels that take less than --min-share of their problem's time are left out.
+figure; both are printed. A kernel's FLOPs are its contraction's: 2 per multiply-add of its main block
+(TVM's estimate also counts a fused epilogue -- a bias, a ReLU, the dozens of operations of a polynomial
+log -- which read a few kernels above 100%). Kernels that take less than --min-share of their problem's time are left out.
 """
 
 from __future__ import annotations
@@ -133,6 +135,8 @@ def measure(problem, spec, peak: dict, cfg: TimingConfig, min_share: float) -> l
         except Exception:  # noqa: BLE001 -- an opaque kernel: not a contraction
             facts, op_class = None, "opaque"
         flops = kernel_flops(func)
+        if facts is not None and op_class in COMPUTE_CLASSES:  # the contraction's multiply-adds only
+            flops = 2.0 * math.prod(facts.block(facts.main).extents)
         # u8 x s8 dot products (ir/int8_dot.py; after tensorize its block is renamed): against the int8 peak
         dot = name.startswith(DOT_BLOCK)
         if dot:  # TVM's estimate does not see through the intrinsic: 2 ops per multiply-add

@@ -159,3 +159,18 @@ _fixture(
     "test fixture: (x (4x8) @ w1 (8x8)) @ w2 (8x8): one kernel, called twice",
     _matmul_twice,
 )
+
+
+def _log_of_square(g):
+    x = g.input("x", (4, 32))
+    y = g.node("Add", [g.node("Mul", [x, x]), g.constant_node(np.float32(0.5))])
+    g.output(g.node("Log", [y]))
+
+
+_fixture(
+    "L1/tiny_log",
+    "audio",
+    "elementwise",
+    "test fixture: log(x * x + 0.5) on 4x32 (a log-mel front end's last step)",
+    _log_of_square,
+)

@@ -370,7 +370,9 @@ def test_a_kernel_decision_is_kept_by_that_kernels_own_time(monkeypatch):
     best's (then the best's speedup is the fresh one and the kernel's row takes its new time); not kept
     when the kernel is not faster however fast the whole model looked, when the model is slower by more
     than the slack, or when wrong. With no profile row of the kernel, the whole-model rule decides. The
-    whole model is timed without the rounds that narrow its interval (`guard_timing`)."""
+    whole model is timed without the rounds that narrow its interval (`guard_timing`); a keep never lowers
+    the whole model's reference, and counts as progress for the patience only when the kernel's new time
+    makes the model MIN_GAIN faster (`model_gain`)."""
     from dataclasses import replace
 
     from edgekernelbench.agents import leka
@@ -396,7 +398,7 @@ def test_a_kernel_decision_is_kept_by_that_kernels_own_time(monkeypatch):
         cfg = type("Cfg", (), {"timing": TimingConfig.search()})
 
         def __init__(self, verdict):
-            self.verdict, self.profiled, self.steps, self.accepted = verdict, [], [], []
+            self.verdict, self.profiled, self.steps, self.accepted, self.progress = verdict, [], [], [], []
 
         def judge(self, spec, **kw):
             # the whole model timed only as a guard: the search's rounds, none added to narrow its interval
@@ -408,6 +410,7 @@ def test_a_kernel_decision_is_kept_by_that_kernels_own_time(monkeypatch):
                 res.extra["kernels"] = [{"kernel": "k", "median": us * 1e-6, "share": 1.0}]
             self.profiled.append(kw["profile"])
             self.accepted.append(kw["accept"](res))
+            self.progress.append(kw["progress"](res))
             return res
 
         def record(self, **kw):
@@ -424,18 +427,24 @@ def test_a_kernel_decision_is_kept_by_that_kernels_own_time(monkeypatch):
         best, out = leka._layer(ep, Proposer(), kernel, "loop", {}, 10.0, rows, {}, leka.Whole(), {})
         assert ep.profiled[0] == ["k"] and ep.accepted[0] == kept
         assert len(ep.profiled) == (1 if kept else leka.ATTEMPTS)
-        if kept:
-            assert best == 9.6 and ep.steps[-1]["kind"] == "accept"
+        if kept:  # the whole model's reference stays the best's 10.0 (a keep never lowers it)
+            assert best == 10.0 and ep.steps[-1]["kind"] == "accept" and ep.progress == [True]
             assert {r["kernel"]: r["us"] for r in out} == {"k": 3.0, "j": 4.0}
             assert out[0]["kernel"] == "j" and abs(out[0]["share"] - 4 / 7) < 1e-9
         else:
             assert (best, out) == (10.0, rows) and not ep.steps
         if verdict[1] == 20.0:  # the feedback names the kernel's times
             assert "k took 3.95 us per run against 4.00 us in the best so far" in Proposer.feedback[-1]
+    # kept, but not progress for the patience: 10% off a kernel that takes 1 of 21 us moves the model 0.5%
+    small = [{"kernel": "j", "share": 20 / 21, "us": 20.0}, {"kernel": "k", "share": 1 / 21, "us": 1.0}]
+    ep = Ep((True, 10.0, 0.9))
+    assert leka._layer(ep, Proposer(), kernel, "loop", {}, 10.0, small, {}, leka.Whole(), {})[0] == 10.0
+    assert ep.accepted == [True] and ep.progress == [False]
     ep = Ep((True, 10.1, 1.0))  # no row for the kernel: held to the whole model's MIN_GAIN
     assert leka._layer(ep, Proposer(), kernel, "loop", {}, 10.0, rows[1:], {}, leka.Whole(), {})[0] == 10.0
     ep = Ep((True, 11.0, 1.0))
     assert leka._layer(ep, Proposer(), kernel, "loop", {}, 10.0, rows[1:], {}, leka.Whole(), {})[0] == 11.0
+    assert ep.progress == [True]  # kept by the whole-model rule: progress
 
 
 def test_direct_and_flat_with_a_scripted_model(tmp_path):

@@ -116,11 +116,13 @@ class Episode:
         charge=True,
         accept: Callable[[Result], bool] | None = None,
         timing: TimingConfig | None = None,
+        progress: Callable[[Result], bool] | None = None,
     ) -> Result:
         """Judges `spec` (one evaluation of the budget; `charge=False`: the final judgment of an external
         agent's file, made whatever it spent) and records the step. The candidate becomes the episode's best
         when `accept(result)` says so (a method with its own acceptance rule: LEKA), else when its score is
-        above the best's. `timing`: this judgment's protocol, when not the episode's."""
+        above the best's. `timing`: this judgment's protocol, when not the episode's. `progress`: whether a
+        kept candidate also counts as progress for the budget's patience (default: every kept one does)."""
         if charge:
             self.usage.charge_eval()
         t0 = time.perf_counter()
@@ -133,7 +135,7 @@ class Episode:
         if improved:
             self.best = (spec, res, s)
         if charge:
-            self.usage.judged(improved)
+            self.usage.judged(improved and (progress is None or progress(res)))
         self.last, self.last_spec = res, spec
         self.record(
             kind="judge",

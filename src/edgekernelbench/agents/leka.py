@@ -257,6 +257,24 @@ def improves_kernel(res, best: float, before: float | None, kernel: str) -> bool
     return s is not None and after * KERNEL_GAIN < before and s * WHOLE_SLACK > best
 
 
+def model_gain(rows: list[dict], res, kernel: str, before: float | None) -> float | None:
+    """The whole model's speedup that `kernel`'s new time in `res` gives, estimated from the profile: the
+    kernels' total time in the best (`rows`) over that total with `kernel` at its new time; None without
+    both times (the decision was then kept by the whole-model rule, which is progress). LEKA's patience
+    counts a kept kernel decision as progress only when this reaches MIN_GAIN (what the whole-model rule
+    asks): a kernel 3% faster at a 5% share keeps its decision but does not extend the search by another
+    `patience` judgments (`progresses`)."""
+    after = kernel_us(profile_rows(res), kernel)
+    total = sum(r["us"] for r in rows)
+    if before is None or after is None or total <= 0 or total - before + after <= 0:
+        return None
+    return total / (total - before + after)
+
+
+def progresses(gain: float | None) -> bool:
+    return gain is None or gain >= MIN_GAIN
+
+
 def with_kernel_times(rows: list[dict], res, kernel: str) -> list[dict]:
     """The profile rows after `res` was kept: its own when it profiled every kernel, else `rows` with
     `kernel`'s calls as `res` timed them (the shares recomputed)."""
@@ -352,6 +370,7 @@ def _layer(
         res = ep.judge(
             spec,
             timing=guard_timing(ep.cfg.timing),
+            progress=lambda r, before=before: progresses(model_gain(rows, r, kernel.name, before)),
             kernel=kernel.name,
             layer=layer,
             label=prop.label,
@@ -378,7 +397,9 @@ def _layer(
                 kept.notes = f"{prop.label}: the trace its schedule code made, as that kernel's {layer} layer"
                 ep.best = (kept, res, s)
             ep.record(kind="accept", kernel=kernel.name, layer=layer, proposal=prop.label, speedup=s)
-            return s, with_kernel_times(rows, res, kernel.name)
+            # the whole model's reference for later guards: never lowered by a keep (a keep whose model
+            # measured lower, within the slack, would otherwise let the next one sink another 15%)
+            return max(s, best), with_kernel_times(rows, res, kernel.name)
         why = verdict_text(res)
         after = kernel_us(profile_rows(res), kernel.name)
         if s is not None and before is not None and after is not None:

@@ -39,8 +39,11 @@ GRAPH_PASSES = {  # Relax passes a graph-layer decision may name, with the args 
     "CombineParallelMatmul": (),
     "FastMathTransform": (),
 }
-# the project's own graph passes (name -> (factory, args)): ir/int8_dot.py
-PROJECT_PASSES = {"Int8DotProduct": ("int8_dot_pass", ())}
+# the project's own graph passes (name -> (module of ir/, its factory, args)): ir/int8_dot.py, ir/fast_log.py
+PROJECT_PASSES = {
+    "Int8DotProduct": ("int8_dot", "int8_dot_pass", ()),
+    "FastLog": ("fast_log", "fast_log_pass", ()),
+}
 
 
 def workload_key(func) -> str:
@@ -223,7 +226,7 @@ def apply_graph_decisions(problem, passes: list[dict]):
     seq = []
     for p in passes:
         name, args = p.get("name"), p.get("args", {})
-        allowed = GRAPH_PASSES.get(name) if name not in PROJECT_PASSES else PROJECT_PASSES[name][1]
+        allowed = GRAPH_PASSES.get(name) if name not in PROJECT_PASSES else PROJECT_PASSES[name][2]
         if allowed is None:
             raise DecisionError(
                 "main",
@@ -236,9 +239,10 @@ def apply_graph_decisions(problem, passes: list[dict]):
         if bad:
             raise DecisionError("main", "graph", passes.index(p), name, f"unknown arguments {sorted(bad)}")
         if name in PROJECT_PASSES:
-            from . import int8_dot
+            import importlib
 
-            seq.append(getattr(int8_dot, PROJECT_PASSES[name][0])(**args))
+            module, factory, _ = PROJECT_PASSES[name]
+            seq.append(getattr(importlib.import_module(f"{__package__}.{module}"), factory)(**args))
         else:
             seq.append(getattr(relax.transform, name)(**args))
     if "params" in mod["main"].attrs:
