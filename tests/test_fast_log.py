@@ -49,18 +49,16 @@ def test_the_polynomial_log_is_within_an_ulp_and_exact_at_the_special_values():
     assert "logf" not in lib.inspect_source("asm")
 
 
-def test_the_fast_log_graph_is_offered_for_a_log_and_judged_exact():
-    """Offered for a model with Log (and only then); the judged candidate is correct against the oracle and
-    its kernel holds no call of the log intrinsic."""
+def test_the_fast_log_graph_is_judged_exact():
+    """A candidate naming the pass (the builtin proposer does not offer it: measured no faster on logmel) is
+    correct against the oracle, and its kernel holds no call of the log intrinsic."""
     from edgekernelbench.harness.api import TimingConfig, evaluate
     from edgekernelbench.ir.replay import materialize
     from edgekernelbench.ir.spec import Decisions, KernelSpec
     from edgekernelbench.reference import build_reference
-    from edgekernelbench.search.graph import FAST_LOG, graph_alternatives
+    from edgekernelbench.search.graph import FAST_LOG
 
     problem = get_problem(TINY_LOG)
-    assert [passes for _, passes in graph_alternatives(problem)] == [FAST_LOG]
-    assert FAST_LOG not in [p for _, p in graph_alternatives(get_problem("L1/tiny_matmul_128"))]
     spec = KernelSpec(problem=TINY_LOG, decisions=Decisions(graph={"passes": FAST_LOG}), method="test")
     mod = materialize(spec, problem, build_reference(problem), {})
     text = "\n".join(f.script() for gv, f in mod.functions.items() if gv.name_hint != "main")

@@ -7,8 +7,8 @@ Today's alternatives: convolutions channels last (2-D: NHWC with HWIO kernels, 1
 output channel, contiguous in the output and in the re-laid-out weights, becomes the vector axis; strided,
 small-spatial and odd-length convolutions then vectorize without gathers or partial vectors), at the price
 of transposing the activations where the graph enters and leaves that layout; fast math
-(approximations of softmax, exp, erf, tanh that vectorize); and log as a polynomial that vectorizes. LEKA
-tries them one after the other, each on top of those already kept. Packed layouts (NCHW[x]c) are not
+(approximations of softmax, exp, erf, tanh that vectorize). LEKA tries them one after the other, each on
+top of those already kept. Packed layouts (NCHW[x]c) are not
 offered: TVM 0.27's Relax has no legalization for conv2d in them (the op stays high-level and cannot be
 built).
 
@@ -36,7 +36,8 @@ NHWC = [
 FAST_MATH = [{"name": "FastMathTransform", "args": {}}]
 # integer GEMMs (MatMulInteger) as u8 x s8 dot products on packed weights (ir/int8_dot.py)
 INT8_DOT = [{"name": "Int8DotProduct", "args": {}}]
-# the natural logarithm as a polynomial that vectorizes (ir/fast_log.py): LLVM calls logf per element
+# the natural logarithm as a polynomial that vectorizes (ir/fast_log.py): LLVM calls logf per element;
+# named by a proposer, not offered by the builtin one (graph_alternatives)
 FAST_LOG = [{"name": "FastLog", "args": {}}]
 # ONNX operators whose Relax form FastMathTransform replaces (softmax, exp, erf, tanh) or imports to one
 FAST_MATH_OPS = {"Softmax", "Exp", "Erf", "Tanh", "Gelu"}
@@ -56,9 +57,10 @@ def graph_alternatives(problem, backend=None) -> list[tuple[str, list[dict]]]:
     weights packed for VNNI, when the model has MatMulInteger or a quantized pointwise convolution and
     `backend`'s target has VNNI (after channels last: a pointwise convolution in NHWC needs no transposes);
     fast math (TVM's FastMathTransform: softmax, exp, erf and tanh as polynomial approximations that
-    vectorize, where LLVM's libm calls stay scalar) when it has those functions; its logarithms as Cephes'
-    polynomial (ir/fast_log.py) when it has Log -- the judge's tolerance decides whether an approximation
-    is close enough."""
+    vectorize, where LLVM's libm calls stay scalar) when it has those functions -- the judge's tolerance
+    decides whether an approximation is close enough. Not offered: FAST_LOG (ir/fast_log.py), a pass a
+    proposer may name; in logmel_frontend_yamnet's mel matmul it measured no faster than LLVM's logf calls
+    (43 us either way: the kernel's epilogue then loads and stores through gathers and scatters)."""
     nodes = problem.model.graph.node
     out = []
     if any(n.op_type == "Conv" and _weight_rank(problem.model.graph, n.input[1]) in (3, 4) for n in nodes):
@@ -67,8 +69,6 @@ def graph_alternatives(problem, backend=None) -> list[tuple[str, list[dict]]]:
         out.append(("graph: integer GEMMs as u8 x s8 dot products on packed weights (VNNI)", INT8_DOT))
     if any(n.op_type in FAST_MATH_OPS for n in nodes):
         out.append(("graph: fast math (softmax, exp, erf, tanh)", FAST_MATH))
-    if any(n.op_type == "Log" for n in nodes):
-        out.append(("graph: log as a polynomial that vectorizes (Cephes' logf)", FAST_LOG))
     return out
 
 
