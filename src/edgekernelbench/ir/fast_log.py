@@ -41,6 +41,12 @@ def fast_log_expr(x):
     from tvm import tirx
 
     f32, i32 = "float32", "int32"
+    binds: list = []
+
+    def bind(name: str, dtype: str, value):
+        var = tirx.Var(name, dtype)
+        binds.append((var, value))
+        return var
 
     def c(v):
         return tirx.const(v, f32)
@@ -48,53 +54,26 @@ def fast_log_expr(x):
     def i(v):
         return tirx.const(v, i32)
 
-    def let(name, dtype, value, body):
-        var = tirx.Var(name, dtype)
-        return tirx.Let(var, value, body(var))
-
-    def with_x(xv):
-        def with_tiny(tiny):
-            def with_bits(bits):
-                e0 = (
-                    tirx.bitwise_and(tirx.shift_right(bits, i(23)), i(0xFF))
-                    - i(126)
-                    - tirx.Select(tiny, i(23), i(0))
-                )
-                mantissa = tirx.bitwise_and(
-                    bits, i(0x807FFFFF - (1 << 32))
-                )  # sign and mantissa (signed int32)
-                m0 = tirx.reinterpret(
-                    f32, tirx.bitwise_or(mantissa, i(0x3F000000))
-                )  # the exponent of [0.5, 1)
-
-                def with_m0(m0v):
-                    def with_low(low):
-                        ef = tirx.Cast(f32, e0 - tirx.Select(low, i(1), i(0)))
-
-                        def with_m(m):
-                            def with_z(z):
-                                p = c(POLY[0])
-                                for coef in POLY[1:]:
-                                    p = p * m + c(coef)
-                                return m + (m * z * p + ef * c(LN2_LO) - c(0.5) * z) + ef * c(LN2_HI)
-
-                            return let("z", f32, m * m, with_z)
-
-                        return let("m", f32, tirx.Select(low, m0v + m0v, m0v) - c(1.0), with_m)
-
-                    return let("low", "bool", m0v < c(SQRT_HALF), with_low)
-
-                return let("m0", f32, m0, with_m0)
-
-            xs = tirx.Select(tiny, xv * c(8388608.0), xv)  # 2^23
-            return let("bits", i32, tirx.reinterpret(i32, xs), with_bits)
-
-        r = let("tiny", "bool", xv < c(FLT_MIN), with_tiny)
-        r = tirx.Select(xv == c(0.0), -tirx.infinity(f32), r)
-        r = tirx.Select(xv == tirx.infinity(f32), xv, r)
-        return tirx.Select(tirx.any(xv < c(0.0), tirx.isnan(xv)), tirx.const(float("nan"), f32), r)
-
-    return let("x", f32, x, with_x)
+    xv = bind("x", f32, x)
+    tiny = bind("tiny", "bool", xv < c(FLT_MIN))
+    bits = bind("bits", i32, tirx.reinterpret(i32, tirx.Select(tiny, xv * c(8388608.0), xv)))  # x 2^23
+    e0 = tirx.bitwise_and(tirx.shift_right(bits, i(23)), i(0xFF)) - i(126) - tirx.Select(tiny, i(23), i(0))
+    mantissa = tirx.bitwise_and(bits, i(0x807FFFFF - (1 << 32)))  # sign and mantissa (as a signed int32)
+    m0 = bind("m0", f32, tirx.reinterpret(f32, tirx.bitwise_or(mantissa, i(0x3F000000))))  # in [0.5, 1)
+    low = bind("low", "bool", m0 < c(SQRT_HALF))
+    ef = tirx.Cast(f32, e0 - tirx.Select(low, i(1), i(0)))
+    m = bind("m", f32, tirx.Select(low, m0 + m0, m0) - c(1.0))
+    z = bind("z", f32, m * m)
+    p = c(POLY[0])
+    for coef in POLY[1:]:
+        p = p * m + c(coef)
+    r = m + (m * z * p + ef * c(LN2_LO) - c(0.5) * z) + ef * c(LN2_HI)
+    r = tirx.Select(xv == c(0.0), -tirx.infinity(f32), r)
+    r = tirx.Select(xv == tirx.infinity(f32), xv, r)
+    r = tirx.Select(tirx.any(xv < c(0.0), tirx.isnan(xv)), tirx.const(float("nan"), f32), r)
+    for var, value in reversed(binds):
+        r = tirx.Let(var, value, r)
+    return r
 
 
 def fast_log_te(x):
