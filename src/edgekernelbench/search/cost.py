@@ -17,6 +17,9 @@ overhead (higher without auto-unrolling when the reduction is short). The memory
 its operands' reduction slices from the smallest cache level that holds the kernel's data, at that
 level's bandwidth; the estimate is the larger of the compute and memory times.
 
+A matrix-vector product scheduled by the stream rule (`stream_cost`) is modelled as its weight streamed
+once, the accumulators in L1: a load, a store and a load of the weight per vector FMA.
+
 The units are cycles of an idealised core; only the order matters. Other operator classes (rows,
 windows, injective) keep the rule-based order of their strategies (their cost is the strategy's rank)."""
 
@@ -149,3 +152,23 @@ def _fastest_tiles(plan, order: str):
     if order == "panels" and plan.gv in tiled and len(tiled) > 1:
         tiled.remove(plan.gv)
     return tiled[-1] if tiled else None
+
+
+def stream_cost(plan, machine: Machine) -> float:
+    """Estimated cycles of a matrix-vector product scheduled by search.rules.schedule_stream (`plan`: its
+    StreamPlan): per reduction step, each vector of the output (whole chunks, then the tail's partial
+    vectors) costs one FMA, one load of the weight and a load and a store of the accumulator, which lives in
+    memory (L1); the memory side streams every operand that moves with the reduction once, from the level
+    that holds it."""
+    b = plan.block
+    lanes = plan.lanes
+    red = math.prod(b.extents[i] for i in b.reduce)
+    nvec = plan.main // lanes + math.ceil(plan.tail / lanes)
+    step = max(nvec / machine.fma_per_cycle, 3 * nvec / machine.loads_per_cycle) + UNROLL_OVERHEAD[0]
+    elem = max(1, b.dtype_bits // 8)
+    memory = 0.0
+    for acc in b.reads:
+        if any((acc.strides[i] or 0) != 0 for i in b.reduce):
+            nbytes = _operand_bytes(b, acc, elem)
+            memory += nbytes / machine.bandwidth(nbytes)
+    return max(red * step, memory)

@@ -148,6 +148,7 @@ class KernelSpace:
         self._recorded: dict[Config, Variant | None] = {}
         self._loops: dict[str, tuple] = {}  # a recorded loop layer -> the tile parameters that made it
         self._built: dict[Config, bool] = {}
+        self._modelled: set[str] = set()  # labels of the points outside the tiled strategies with a cost
         try:
             self.facts = analyze(self.func, name)
         except Exception as e:  # noqa: BLE001 -- an opaque kernel has no space
@@ -174,8 +175,9 @@ class KernelSpace:
         return out
 
     def _rank(self) -> list[tuple[float, Config]]:
-        from .cost import contraction_cost
+        from .cost import contraction_cost, stream_cost
         from .rules import Skip, contraction_plan, strategies
+        from .rules.stream import stream_plan
 
         scored: dict[tuple, tuple[float, Config]] = {}
         others: list[Config] = []
@@ -184,6 +186,11 @@ class KernelSpace:
             padded = self._padded_facts(lanes) if any(n in TILE_STRATEGIES for n in snames) else {}
             for sname in snames:
                 if sname == "pad+tile+cache":  # the padded points below
+                    continue
+                if sname == "stream":  # a matrix-vector product: modelled as such
+                    cfg = Config(sname, lanes)
+                    scored[(sname, lanes)] = (stream_cost(stream_plan(self.facts, lanes), self.machine), cfg)
+                    self._modelled.add(cfg.label)
                     continue
                 if sname not in TILE_STRATEGIES:
                     others.append(Config(sname, lanes))
@@ -297,7 +304,14 @@ class KernelSpace:
     def estimate(self, label: str) -> float | None:
         """The cost model's estimate of a point (by label); None for a point it does not model (the other
         rules strategies: ranked after the modelled ones, in the rules' order, with no estimate)."""
-        return next((c for c, cfg in self.ranked if cfg.label == label and cfg.acc_vectors is not None), None)
+        return next(
+            (
+                c
+                for c, cfg in self.ranked
+                if cfg.label == label and (cfg.acc_vectors is not None or label in self._modelled)
+            ),
+            None,
+        )
 
     def alternatives(self, layer: str, accepted: dict, tried: set[str]):
         """Points, cheapest first, that keep the accepted layers before `layer` and change `layer`, that

@@ -24,9 +24,13 @@ reference computes; the rules also steer clear of the cases where TVM's checks a
 (tiles of fused axes that are not rectangles, reverse_compute_inline into a producer with
 other consumers) -- see AxisGroup.tiles and _inline_all.
 
+Matrix-vector products (one wide spatial axis, e.g. a dense layer at batch 1) are scheduled first by
+stream.py: the reduction outermost, the weight streamed row by row into the output (loop_partition splits
+off an output tail that fills no whole vector).
+
 One file per job: analysis.py (what the rules read), primitives.py (shared steps and constants),
-contraction.py / injective.py / window.py / rows.py (one rule per operator class), driver.py (strategies,
-schedule_func, rule_spec).
+contraction.py / stream.py / injective.py / window.py / rows.py (one rule per operator class), driver.py
+(strategies, schedule_func, rule_spec).
 """
 
 from .analysis import (
@@ -56,6 +60,7 @@ from .driver import (
 from .injective import schedule_injective
 from .primitives import ACC_VECTORS, AUTO_UNROLL_STEP, MAX_VEC_TILE, Skip
 from .rows import schedule_rows
+from .stream import StreamPlan, schedule_stream, stream_plan
 from .window import schedule_window
 
 __all__ = [
@@ -70,6 +75,7 @@ __all__ = [
     "FuncFacts",
     "FuncSchedule",
     "Skip",
+    "StreamPlan",
     "TilePlan",
     "analyze",
     "axis_groups",
@@ -85,7 +91,9 @@ __all__ = [
     "schedule_func",
     "schedule_injective",
     "schedule_rows",
+    "schedule_stream",
     "schedule_window",
     "strategies",
+    "stream_plan",
     "vec_tile",
 ]

@@ -13,6 +13,7 @@ from .dot import DOT_TILES, is_dot, schedule_dot, vnni_available
 from .injective import schedule_injective
 from .primitives import Skip
 from .rows import schedule_rows
+from .stream import schedule_stream, stream_plan
 from .window import schedule_window
 
 CONTRACTIONS = ("conv2d", "pointwise", "depthwise", "dense", "matmul", "contraction", "pool")
@@ -26,6 +27,11 @@ def strategies(facts: FuncFacts, lanes: int, parallel: bool = False) -> list[tup
     if is_dot(facts) and vnni_available():  # u8 x s8 dot products (ir/int8_dot.py): VNNI register tiles
         for r, v in DOT_TILES:
             out.append((f"vnni {r}x{16 * v}", lambda rec, r=r, v=v: schedule_dot(rec, facts, r, v, **kw)))
+    if c in CONTRACTIONS and not parallel and _streams(facts, lanes):
+        # a matrix-vector product: the weight streamed row by row into the output (measured on every
+        # such kernel of the suite: as fast as the register tile, 1.6-2.2x faster where the output's
+        # extent has no divisor of whole vectors)
+        out.append(("stream", lambda r: schedule_stream(r, facts, lanes)))
     if c in CONTRACTIONS or c == "reduce":
         for m in pad_multiples(facts, lanes)[:1]:  # no whole vectors along the axis: pad it first
             out.append(("pad+tile+cache", lambda r, m=m: schedule_contraction(r, facts, lanes, pad=m, **kw)))
@@ -43,6 +49,14 @@ def strategies(facts: FuncFacts, lanes: int, parallel: bool = False) -> list[tup
     if c == "injective":
         out.append(("vectorize", lambda r: schedule_injective(r, facts, lanes, **kw)))
     return out
+
+
+def _streams(facts: FuncFacts, lanes: int) -> bool:
+    try:
+        stream_plan(facts, lanes)
+    except Skip:
+        return False
+    return True
 
 
 LOOKUPS = {"GetSBlock", "GetLoops", "GetChildBlocks", "GetProducers", "GetConsumers", "GetOutputBlocks"}
