@@ -43,6 +43,7 @@ GRAPH_PASSES = {  # Relax passes a graph-layer decision may name, with the args 
 PROJECT_PASSES = {
     "Int8DotProduct": ("int8_dot", "int8_dot_pass", ()),
     "FastLog": ("fast_log", "fast_log_pass", ()),
+    "ClipAsOps": ("clip_ops", "clip_ops_pass", ()),
 }
 
 

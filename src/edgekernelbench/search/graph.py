@@ -7,9 +7,11 @@ Today's alternatives: convolutions channels last (2-D: NHWC with HWIO kernels, 1
 output channel, contiguous in the output and in the re-laid-out weights, becomes the vector axis; strided,
 small-spatial and odd-length convolutions then vectorize without gathers or partial vectors), at the price
 of transposing the activations where the graph enters and leaves that layout; fast math
-(approximations of softmax, exp, erf, tanh that vectorize). LEKA tries them one after the other, each on
-top of those already kept. Packed layouts (NCHW[x]c) are not
-offered: TVM 0.27's Relax has no legalization for conv2d in them (the op stays high-level and cannot be
+(approximations of softmax, exp, erf, tanh that vectorize). A model with ONNX Clip gets channels last
+after ClipAsOps (ir/clip_ops.py: the importer's clamp kernels as Relax operators, which ConvertLayout
+carries the layout through and FuseOps fuses into the convolution). LEKA tries them one after the other,
+each on top of those already kept. Packed layouts (NCHW[x]c) are not offered: TVM 0.27's Relax has no
+legalization for conv2d in them (the op stays high-level and cannot be
 built).
 
 Beside the graphs, one whole-module target decision (`target_alternatives`, `Decisions.target_attrs`):
@@ -33,6 +35,9 @@ NHWC = [
         "args": {"desired_layouts": {"relax.nn.conv2d": ["NHWC", "HWIO"], "relax.nn.conv1d": ["NWC", "WIO"]}},
     }
 ]
+# ONNX Clip as Relax maximum / minimum (ir/clip_ops.py), before channels last: ConvertLayout then carries
+# the layout through the clamps (ReLU6) instead of transposing around each one
+CLIP_AS_OPS = [{"name": "ClipAsOps", "args": {}}]
 FAST_MATH = [{"name": "FastMathTransform", "args": {}}]
 # integer GEMMs (MatMulInteger) as u8 x s8 dot products on packed weights (ir/int8_dot.py)
 INT8_DOT = [{"name": "Int8DotProduct", "args": {}}]
@@ -53,7 +58,8 @@ def graph_passes(key: str) -> list[dict]:
 
 def graph_alternatives(problem, backend=None) -> list[tuple[str, list[dict]]]:
     """(label, passes) for each graph change worth judging, in order: channels last when the model has 1-D
-    or 2-D convolutions (ONNX Conv with a 3-D or 4-D weight); integer GEMMs as u8 x s8 dot products on
+    or 2-D convolutions (ONNX Conv with a 3-D or 4-D weight), after ClipAsOps when it has Clip; integer GEMMs
+    as u8 x s8 dot products on
     weights packed for VNNI, when the model has MatMulInteger or a quantized pointwise convolution and
     `backend`'s target has VNNI (after channels last: a pointwise convolution in NHWC needs no transposes);
     fast math (TVM's FastMathTransform: softmax, exp, erf and tanh as polynomial approximations that
@@ -64,7 +70,11 @@ def graph_alternatives(problem, backend=None) -> list[tuple[str, list[dict]]]:
     nodes = problem.model.graph.node
     out = []
     if any(n.op_type == "Conv" and _weight_rank(problem.model.graph, n.input[1]) in (3, 4) for n in nodes):
-        out.append(("graph: convolutions channels last (NHWC / HWIO, NWC / WIO weights)", NHWC))
+        if any(n.op_type == "Clip" for n in nodes):
+            label = "graph: convolutions channels last (NHWC / HWIO, NWC / WIO weights; clamps as operators)"
+            out.append((label, CLIP_AS_OPS + NHWC))
+        else:
+            out.append(("graph: convolutions channels last (NHWC / HWIO, NWC / WIO weights)", NHWC))
     if backend is not None and _int8_gemms(problem.model.graph) and _has_vnni(backend):
         out.append(("graph: integer GEMMs as u8 x s8 dot products on packed weights (VNNI)", INT8_DOT))
     if any(n.op_type in FAST_MATH_OPS for n in nodes):
