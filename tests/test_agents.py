@@ -192,10 +192,10 @@ def test_leka_offline_judges_the_graph_layer(tmp_path, monkeypatch):
     found it correct, it holds the graph passes and decisions keyed by the NHWC graph's kernels."""
     from edgekernelbench.agents import leka
     from edgekernelbench.ir.spec import KernelSpec
-    from edgekernelbench.search.graph import NHWC, graph_key
+    from edgekernelbench.search.graph import CLIP_AS_OPS, NHWC, graph_key
     from edgekernelbench.search.kernels import kernels
 
-    conv = get_problem("L1/tiny_conv3x3")
+    conv = get_problem("L1/tiny_conv3x3")  # + ReLU6: the clamps as operators, then channels last
     monkeypatch.setattr(leka, "improves", lambda res, best: res.correct)
     run_agents(tmp_path / "run", [conv], ["leka"], config(tmp_path, budget=2, reuse=False))
     trajectory, runs, results = steps(tmp_path / "run", "leka")
@@ -203,8 +203,8 @@ def test_leka_offline_judges_the_graph_layer(tmp_path, monkeypatch):
     assert judged[1].get("layer") == "graph" and "NHWC" in judged[1]["proposal"]
     assert [s["layer"] for s in trajectory if s.get("kind") == "accept"] == ["graph"]
     graph = KernelSpec.from_json(json.dumps(judged[1]["spec"]))
-    assert judged[1]["verdict"]["correct"] and graph.decisions.graph["passes"] == NHWC
-    nhwc = {k.name: k.workload for k in kernels(conv.id, graph_key(NHWC))}
+    assert judged[1]["verdict"]["correct"] and graph.decisions.graph["passes"] == CLIP_AS_OPS + NHWC
+    nhwc = {k.name: k.workload for k in kernels(conv.id, graph_key(CLIP_AS_OPS + NHWC))}
     assert graph.decisions.workloads and all(nhwc[n] == w for n, w in graph.decisions.workloads.items())
     assert results[(conv.id, 4)].correct  # the final candidate (the best measured, either graph)
 
@@ -371,8 +371,8 @@ def test_a_kernel_decision_is_kept_by_that_kernels_own_time(monkeypatch):
     when the kernel is not faster however fast the whole model looked, when the model is slower by more
     than the slack, or when wrong. With no profile row of the kernel, the whole-model rule decides. The
     whole model is timed without the rounds that narrow its interval (`guard_timing`); a keep never lowers
-    the whole model's reference, and counts as progress for the patience only when the kernel's new time
-    makes the model MIN_GAIN faster (`model_gain`)."""
+    the whole model's reference, and counts as progress for the patience only when the kernels' new times
+    since the last progress make the model MIN_GAIN faster (`model_gain`, `Progress`)."""
     from dataclasses import replace
 
     from edgekernelbench.agents import leka
@@ -440,6 +440,12 @@ def test_a_kernel_decision_is_kept_by_that_kernels_own_time(monkeypatch):
     ep = Ep((True, 10.0, 0.9))
     assert leka._layer(ep, Proposer(), kernel, "loop", {}, 10.0, small, {}, leka.Whole(), {})[0] == 10.0
     assert ep.accepted == [True] and ep.progress == [False]
+    # ... while such keeps add up: five of them (0.48% each) move the model by MIN_GAIN, the fifth is
+    # progress, and the count starts again
+    tally, ep = leka.Progress(), Ep((True, 10.0, 0.9))
+    for _ in range(6):
+        leka._layer(ep, Proposer(), kernel, "loop", {}, 10.0, small, {}, leka.Whole(), {}, tally)
+    assert ep.progress == [False] * 4 + [True, False]
     ep = Ep((True, 10.1, 1.0))  # no row for the kernel: held to the whole model's MIN_GAIN
     assert leka._layer(ep, Proposer(), kernel, "loop", {}, 10.0, rows[1:], {}, leka.Whole(), {})[0] == 10.0
     ep = Ep((True, 11.0, 1.0))

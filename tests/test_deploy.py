@@ -398,24 +398,24 @@ def test_a_tuned_graph_change_is_deployed(tmp_path, monkeypatch, capsys):
     graph's with the tuned decisions -- and the artifact verifies against the oracle."""
     import edgekernelbench
     from edgekernelbench.agents import leka
-    from edgekernelbench.search.graph import NHWC, graph_key
+    from edgekernelbench.search.graph import CLIP_AS_OPS, NHWC, graph_key
     from edgekernelbench.search.kernels import kernels
 
     monkeypatch.setattr(leka, "improves", lambda res, best: res.correct)
-    conv = get_problem("L1/tiny_conv3x3")
+    conv = get_problem("L1/tiny_conv3x3")  # + ReLU6: the clamps as operators, then channels last
     d = edgekernelbench.deploy(
         conv, "host-cpu", tmp_path / "out", trials=2, kernel_db=tmp_path / "k.db", quick=True, measure=False
     )
-    assert d.manifest["decisions"]["graph"] == {"passes": NHWC, "source": "leka (--trials)"}
+    assert d.manifest["decisions"]["graph"] == {"passes": CLIP_AS_OPS + NHWC, "source": "leka (--trials)"}
     assert [3, 3, 8, 16] in [w["shape"] for w in d.manifest["weights"]]
-    names = {k.name for k in kernels(conv.id, graph_key(NHWC))}
+    names = {k.name for k in kernels(conv.id, graph_key(CLIP_AS_OPS + NHWC))}
     deployed = {k["name"]: k for k in d.manifest["kernels"]}
     assert set(deployed) == names and any(k["source"] == "leka" for k in deployed.values())
     assert d.verification["verified"], d.verification
     from edgekernelbench.cli.deploy import _print_kernels
 
     _print_kernels(d.manifest)
-    assert "graph: ConvertLayout" in capsys.readouterr().out
+    assert "graph: ClipAsOps, ConvertLayout" in capsys.readouterr().out
 
 
 def test_weights_made_by_main_transform_params_keep_their_rank():
