@@ -273,6 +273,30 @@ def test_the_graph_layer_keeps_only_a_correct_and_faster_graph(monkeypatch):
             }
 
 
+def test_a_graph_is_also_kept_by_its_kernels_total_time():
+    """A graph change is judged once and the whole model's time is noisy: one whose kernels' total in the
+    judge's profile is below the best's by MIN_GAIN is kept though its whole-model speedup is within noise
+    of the best's (the best's speedup then stays); not when the whole model is slower by more than
+    WHOLE_SLACK, when the kernels are not faster, or without a profile of the best."""
+    from edgekernelbench.agents import leka
+    from edgekernelbench.records import Result
+
+    def res(s, us):
+        r = Result(problem=TINY, sample=4, backend="host-cpu", correct=True, speedups={"tvm-default": s})
+        r.speedup_ci = {"tvm-default": [s * 0.95, s * 1.05]}
+        r.extra["kernels"] = [{"kernel": "a", "median": u * 1e-6, "share": 0.5} for u in us]
+        return r
+
+    best_rows = [{"kernel": "a", "us": 10.0, "share": 0.5}, {"kernel": "b", "us": 10.0, "share": 0.5}]
+    assert leka.improves_whole(res(55.7, [8.0, 8.0]), 55.0, best_rows)  # 20% less kernel time
+    assert not leka.improves_whole(res(45.0, [8.0, 8.0]), 55.0, best_rows)  # the model 18% slower
+    assert not leka.improves_whole(res(55.7, [9.9, 9.9]), 55.0, best_rows)  # kernels 1% faster only
+    assert not leka.improves_whole(res(55.7, [8.0, 8.0]), 55.0, None)  # no profile of the best
+    assert leka.improves_whole(res(70.0, [12.0, 12.0]), 55.0, best_rows)  # surely faster as a whole
+    wrong = Result(problem=TINY, sample=4, backend="host-cpu", correct=False)
+    assert not leka.improves_whole(wrong, 55.0, best_rows)
+
+
 def test_the_target_layer_keeps_fast_math_only_when_correct_and_faster():
     """_target_layer with a scripted judge: the whole-module target decision (LLVM's fast-math flags) is
     judged on top of the kept graph and decisions; kept (into the module-wide decisions every later
