@@ -245,8 +245,7 @@ def improves_whole(res, best: float, rows: list[dict] | None) -> bool:
     if improves(res, best):
         return True
     s = score(res)
-    after = sum(r["us"] for r in profile_rows(res))
-    before = sum(r["us"] for r in rows or [])
+    after, before = total_us(profile_rows(res)), total_us(rows or [])
     return s is not None and after > 0 and before > 0 and after * MIN_GAIN < before and s * WHOLE_SLACK > best
 
 
@@ -262,6 +261,11 @@ def kernel_us(rows: list[dict], kernel: str) -> float | None:
     profile did not time it."""
     us = [r["us"] for r in rows if r["kernel"] == kernel]
     return sum(us) if us else None
+
+
+def total_us(rows: list[dict]) -> float:
+    """Microseconds per run of main in all the kernels of profile rows."""
+    return sum(r["us"] for r in rows)
 
 
 def improves_kernel(res, best: float, before: float | None, kernel: str) -> bool:
@@ -284,7 +288,7 @@ def model_gain(rows: list[dict], res, kernel: str, before: float | None) -> floa
     kernels' total time in the best (`rows`) over that total with `kernel` at its new time; None without
     both times (the decision was then kept by the whole-model rule, which is progress)."""
     after = kernel_us(profile_rows(res), kernel)
-    total = sum(r["us"] for r in rows)
+    total = total_us(rows)
     if before is None or after is None or total <= 0 or total - before + after <= 0:
         return None
     return total / (total - before + after)

@@ -3,11 +3,11 @@ operators again, so the graph passes after it see them.
 
 TVM 0.27's ONNX frontend imports Clip (ReLU6 in a MobileNet) as `call_tir` of two kernels of its own,
 maximum(x, lo) and minimum(., hi), with 0-d bounds. Relax's ConvertLayout does not look into a call_tir:
-channels last then transposes the activations back to NCHW before every clamp and to NHWC after it (35
-transposes in mobilenetv2_035_96), and FuseOps cannot fuse the clamp into the convolution before it (the
-transposes sit between). As `R.maximum` / `R.minimum` with a 0-d bound, the clamp is an elementwise operator
-whose layout ConvertLayout carries and that fuses into the convolution's epilogue; LegalizeOps lowers it
-to the same TOPI kernel as before, so the values are the same.
+channels last then transposes the activations back to NCHW before every clamp and to NHWC after it (two
+transposes around each of mobilenetv2_035_96's 35 clamps), and FuseOps cannot fuse the clamp into the
+convolution before it (the transposes sit between). As `R.maximum` / `R.minimum` with a 0-d bound, the clamp
+is an elementwise operator whose layout ConvertLayout carries and that fuses into the convolution's epilogue;
+LegalizeOps lowers it to the same TOPI kernel as before, so the values are the same.
 
 A call is rewritten only when its kernel is, by its TVMScript, a single block that stores max (or min) of
 the call's first argument and its 0-d second argument."""

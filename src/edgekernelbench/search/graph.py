@@ -11,8 +11,7 @@ of transposing the activations where the graph enters and leaves that layout; fa
 after ClipAsOps (ir/clip_ops.py: the importer's clamp kernels as Relax operators, which ConvertLayout
 carries the layout through and FuseOps fuses into the convolution). LEKA tries them one after the other,
 each on top of those already kept. Packed layouts (NCHW[x]c) are not offered: TVM 0.27's Relax has no
-legalization for conv2d in them (the op stays high-level and cannot be
-built).
+legalization for conv2d in them (the op stays high-level and cannot be built).
 
 Beside the graphs, one whole-module target decision (`target_alternatives`, `Decisions.target_attrs`):
 LLVM's fast-math flags for every kernel. Measured on softmax_mobilebert_attn's rows (512 x 128, after
@@ -57,24 +56,21 @@ def graph_passes(key: str) -> list[dict]:
 
 
 def graph_alternatives(problem, backend=None) -> list[tuple[str, list[dict]]]:
-    """(label, passes) for each graph change worth judging, in order: channels last when the model has 1-D
-    or 2-D convolutions (ONNX Conv with a 3-D or 4-D weight), after ClipAsOps when it has Clip; integer GEMMs
-    as u8 x s8 dot products on
-    weights packed for VNNI, when the model has MatMulInteger or a quantized pointwise convolution and
-    `backend`'s target has VNNI (after channels last: a pointwise convolution in NHWC needs no transposes);
-    fast math (TVM's FastMathTransform: softmax, exp, erf and tanh as polynomial approximations that
-    vectorize, where LLVM's libm calls stay scalar) when it has those functions -- the judge's tolerance
+    """(label, passes) for each graph change worth judging, in order: channels last when the model has 1-D or
+    2-D convolutions (ONNX Conv with a 3-D or 4-D weight), after ClipAsOps when it has Clip; integer GEMMs as
+    u8 x s8 dot products on weights packed for VNNI, when the model has MatMulInteger or a quantized pointwise
+    convolution and `backend`'s target has VNNI (after channels last: a pointwise convolution in NHWC needs no
+    transposes); fast math (TVM's FastMathTransform: softmax, exp, erf and tanh as polynomial approximations
+    that vectorize, where LLVM's libm calls stay scalar) when it has those functions -- the judge's tolerance
     decides whether an approximation is close enough. Not offered: FAST_LOG (ir/fast_log.py), a pass a
     proposer may name; in logmel_frontend_yamnet's mel matmul it measured no faster than LLVM's logf calls
     (43 us either way: the kernel's epilogue then loads and stores through gathers and scatters)."""
     nodes = problem.model.graph.node
     out = []
     if any(n.op_type == "Conv" and _weight_rank(problem.model.graph, n.input[1]) in (3, 4) for n in nodes):
-        if any(n.op_type == "Clip" for n in nodes):
-            label = "graph: convolutions channels last (NHWC / HWIO, NWC / WIO weights; clamps as operators)"
-            out.append((label, CLIP_AS_OPS + NHWC))
-        else:
-            out.append(("graph: convolutions channels last (NHWC / HWIO, NWC / WIO weights)", NHWC))
+        clamps = any(n.op_type == "Clip" for n in nodes)
+        label = "NHWC / HWIO, NWC / WIO weights" + ("; clamps as operators" if clamps else "")
+        out.append((f"graph: convolutions channels last ({label})", (CLIP_AS_OPS if clamps else []) + NHWC))
     if backend is not None and _int8_gemms(problem.model.graph) and _has_vnni(backend):
         out.append(("graph: integer GEMMs as u8 x s8 dot products on packed weights (VNNI)", INT8_DOT))
     if any(n.op_type in FAST_MATH_OPS for n in nodes):

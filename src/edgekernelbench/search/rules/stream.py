@@ -82,14 +82,10 @@ def schedule_stream(rec, facts: FuncFacts, lanes: int, vectors: int = STREAM_VEC
         parts = [loops[n]] if plan.tail == 0 else sch.loop_partition(loops[n], [plan.main, None])
         for part, extent in zip(parts, (plan.main, plan.tail), strict=False):
             (pb,) = sch.get_child_blocks(part)  # the part's copy of the reduction block
-            nl, red = part, sch.get_loops(pb)[-len(b.reduce) :]
-            if extent > plan.chunk:
-                no, ni = sch.split(nl, [None, plan.chunk])
-                sch.reorder(*red, no, ni)
-            else:
-                ni = nl
-                sch.reorder(*red, ni)
-            sch.vectorize(ni)
+            red = sch.get_loops(pb)[-len(b.reduce) :]
+            inner = sch.split(part, [None, plan.chunk]) if extent > plan.chunk else [part]
+            sch.reorder(*red, *inner)
+            sch.vectorize(inner[-1])
             sch.decompose_reduction(pb, red[0])
         for c in consumers[:1]:
             info["epilogue"] = _vectorize_block_loops(sch, sch.get_sblock(c), plan.lanes, False)
