@@ -300,8 +300,9 @@ def test_a_graph_is_also_kept_by_its_kernels_total_time():
 def test_the_target_layer_keeps_fast_math_only_when_correct_and_faster():
     """_target_layer with a scripted judge: the whole-module target decision (LLVM's fast-math flags) is
     judged on top of the kept graph and decisions; kept (into the module-wide decisions every later
-    candidate carries) only when correct and faster by MIN_GAIN. The builtin proposer offers it on an LLVM
-    target only."""
+    candidate carries) only when correct and faster (`improves_whole`: by MIN_GAIN as a whole, or by its
+    kernels' total in the profile with the model within WHOLE_SLACK; the best is never lowered). The
+    builtin proposer offers it on an LLVM target only."""
     from edgekernelbench.agents import leka
     from edgekernelbench.backends.registry import as_profile
     from edgekernelbench.records import Result
@@ -319,22 +320,35 @@ def test_the_target_layer_keeps_fast_math_only_when_correct_and_faster():
 
         def judge(self, spec, **kw):
             self.judged.append(spec)
-            correct, s = self.verdict
-            return Result(
+            correct, s, us = self.verdict
+            r = Result(
                 problem=TINY, sample=4, backend="host-cpu", correct=correct, speedups={"tvm-default": s}
             )
+            r.extra["kernels"] = [{"kernel": "k", "median": us * 1e-6, "share": 1.0}]
+            return r
 
         def record(self, **kw):
             self.steps.append(kw)
 
     trace = [[["GetSBlock", [], [], []]], []]
-    for verdict, kept in (((False, 0.0), False), ((True, 1.01), False), ((True, 1.5), True)):
+    best_rows = [{"kernel": "k", "us": 10.0, "share": 1.0}]
+    cases = (
+        ((False, 0.0, 5.0), None),  # wrong
+        ((True, 1.01, 10.0), None),  # within noise, kernels no faster
+        ((True, 1.5, 10.0), 1.5),  # faster as a whole
+        ((True, 1.01, 8.0), 1.01),  # the kernels' total 20% lower, the model within noise: kept
+        ((True, 0.8, 8.0), None),  # ... but not with the model 25% slower
+    )
+    for verdict, kept in cases:
         ep, whole = Ep(verdict), leka.Whole(list(NHWC))
-        best, rows = leka._target_layer(ep, Proposer(), {"k": {"loop": trace}}, {"k": "w"}, whole, 1.0, ["r"])
+        best, rows = leka._target_layer(
+            ep, Proposer(), {"k": {"loop": trace}}, {"k": "w"}, whole, 1.0, best_rows
+        )
         (spec,) = ep.judged
         assert spec.decisions.target_attrs == FAST_MATH_FLAGS and spec.decisions.graph["passes"] == NHWC
         assert spec.decisions.loop == {"k": trace}
-        assert whole.target_attrs == (FAST_MATH_FLAGS if kept else {}) and best == (1.5 if kept else 1.0)
+        assert whole.target_attrs == (FAST_MATH_FLAGS if kept else {}) and best == (kept or 1.0)
+        assert rows[0]["us"] == (verdict[2] if kept else 10.0)
         assert [s["kind"] for s in ep.steps] == (["accept"] if kept else [])
         later = leka.build_spec(ep.problem, {"k": {"loop": trace}}, "leka", whole=whole)
         assert later.decisions.target_attrs == whole.target_attrs

@@ -141,6 +141,7 @@ def test_the_graph_layer_relays_the_weights_once():
     from edgekernelbench.problems import get_problem
     from edgekernelbench.search.graph import (
         CLIP_AS_OPS,
+        FAST_LOG,
         FAST_MATH,
         NHWC,
         graph_alternatives,
@@ -165,6 +166,8 @@ def test_the_graph_layer_relays_the_weights_once():
     assert [passes for _, passes in graph_alternatives(get_problem("L1/softmax_mobilebert_attn"))] == [
         FAST_MATH
     ]
+    # a Log: the polynomial that vectorizes (ir/fast_log.py)
+    assert [passes for _, passes in graph_alternatives(get_problem("L1/tiny_log"))] == [FAST_LOG]
     key = graph_key(CLIP_AS_OPS + NHWC)
     ref = graph_reference(conv.id, key)
     main = ref.module["main"]

@@ -205,8 +205,8 @@ def _graph_layer(ep: Episode, db: KernelDB, proposer, target: str, best: float, 
 
 def _target_layer(ep: Episode, proposer, state: dict, workloads: dict, whole: Whole, best: float, rows):
     """Judges each whole-module target decision the proposer offers (LLVM's fast-math flags) on top of the
-    kept graph and starting points; kept (into `whole`) when correct and faster by MIN_GAIN. Returns
-    (best, profile rows)."""
+    kept graph and starting points; kept (into `whole`) when correct and faster (`improves_whole`: a
+    module-wide decision judged once, like a graph change). Returns (best, profile rows)."""
     for label, attrs in proposer.target_options():
         trial = Whole(whole.passes, {**whole.target_attrs, **attrs})
         spec = build_spec(ep.problem, state, ep.method, workloads=workloads, whole=trial)
@@ -215,11 +215,12 @@ def _target_layer(ep: Episode, proposer, state: dict, workloads: dict, whole: Wh
             layer="target",
             label=label,
             profile=list(workloads) or True,  # the candidate's kernels
-            accept=lambda r, best=best: improves(r, best),
+            accept=lambda r, best=best, rows=rows: improves_whole(r, best, rows),
         )
-        if improves(res, best):
-            ep.record(kind="accept", layer="target", proposal=label, speedup=score(res))
-            whole.target_attrs, best, rows = trial.target_attrs, score(res), profile_rows(res) or rows
+        if improves_whole(res, best, rows):
+            best = max(score(res), best)  # never lowered by a keep (see _layer)
+            ep.record(kind="accept", layer="target", proposal=label, speedup=best)
+            whole.target_attrs, rows = trial.target_attrs, profile_rows(res) or rows
     return best, rows
 
 
