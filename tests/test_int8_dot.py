@@ -135,3 +135,23 @@ def test_channels_last_transposes_around_quantize_dequantize_cancel():
     spec = _spec(QDQ_S2, passes=NHWC + INT8_DOT)
     res = evaluate(QDQ_S2, spec, "host-cpu", trials=2, timing=TimingConfig.quick(), baselines=())
     assert res.correct, res.detail
+
+
+def test_int8_activations_from_a_quantize_are_quantized_to_uint8_directly():
+    """The dot product takes unsigned activations: int8 ones shifted by 128. When they come out of a
+    quantize (a QDQ model's depthwise output), the pass quantizes to uint8 with the zero point shifted
+    instead of casting and adding 128 after it: the fused kernel's epilogue has no int8 cast left, and the
+    values are the same (the candidate within the problem's tolerance, as the test above judges it)."""
+    from edgekernelbench.search.kernels import kernels
+
+    ref = graph_reference(QDQ_KWS, graph_key(NHWC + INT8_DOT))
+    (dw,) = [
+        k.name for k in kernels(QDQ_KWS, graph_key(NHWC + INT8_DOT)) if k.name.startswith("fused_conv2d")
+    ]
+    text = ref.primfuncs()[dw].script()
+    assert dw.endswith("_quantize") and 'T.Cast("uint8"' in text and 'T.Cast("int8"' not in text
+    assert "T.float32(-128.0)" not in text  # the zero point -128 + 128: a constant 0, folded
+    ref_nchw = graph_reference(QDQ_KWS, graph_key(INT8_DOT))  # NCHW: the shift before the transpose
+    assert not any(
+        'T.Cast("int8"' in f.script() for n, f in ref_nchw.primfuncs().items() if n.startswith("fused_conv2d")
+    )
