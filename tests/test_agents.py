@@ -277,7 +277,8 @@ def test_a_graph_is_also_kept_by_its_kernels_total_time():
     """A graph change is judged once and the whole model's time is noisy: one whose kernels' total in the
     judge's profile is below the best's by MIN_GAIN is kept though its whole-model speedup is within noise
     of the best's (the best's speedup then stays); not when the whole model is slower by more than
-    WHOLE_SLACK, when the kernels are not faster, or without a profile of the best."""
+    WHOLE_SLACK, when the kernels are not faster, or without a profile of the best. Kernels the change
+    left as they were are not counted."""
     from edgekernelbench.agents import leka
     from edgekernelbench.records import Result
 
@@ -295,6 +296,16 @@ def test_a_graph_is_also_kept_by_its_kernels_total_time():
     assert leka.improves_whole(res(70.0, [12.0, 12.0]), 55.0, best_rows)  # surely faster as a whole
     wrong = Result(problem=TINY, sample=4, backend="host-cpu", correct=False)
     assert not leka.improves_whole(wrong, 55.0, best_rows)
+    # a change that leaves kernel "b" as it was: b's noise is left out of both totals
+    two = res(55.7, [])
+    two.extra["kernels"] = [
+        {"kernel": "a", "median": 8e-6, "share": 0.1},  # 20% faster than the best's 10 us
+        {"kernel": "b", "median": 93e-6, "share": 0.9},  # the same code, measured 3% slower this time
+    ]
+    rows_ab = [{"kernel": "a", "us": 10.0, "share": 0.1}, {"kernel": "b", "us": 90.0, "share": 0.9}]
+    assert not leka.improves_whole(two, 55.0, rows_ab)  # all kernels: 101 us against 100
+    assert leka.improves_whole(two, 55.0, rows_ab, same=frozenset({"b"}))  # the changed one: 8 against 10
+    assert not leka.improves_whole(two, 55.0, rows_ab, same=frozenset({"a", "b"}))  # nothing changed
 
 
 def test_the_target_layer_keeps_fast_math_only_when_correct_and_faster():
