@@ -174,3 +174,36 @@ _fixture(
     "test fixture: log(x * x + 0.5) on 4x32 (a log-mel front end's last step)",
     _log_of_square,
 )
+
+
+def _qdq_pair(g):
+    """A ReLU's output quantized to uint8 (zero point 3) plus the input quantized to int8 (zero point -5),
+    each dequantized again (QuantizeRint's two forms: with and without the lower clamp)."""
+    x = g.input("x", (4, 32))
+    r = g.node("Relu", [x])
+    a = g.node(
+        "DequantizeLinear",
+        [
+            g.node("QuantizeLinear", [r, g.const(1 / 16), g.const(3, "uint8")]),
+            g.const(1 / 16),
+            g.const(3, "uint8"),
+        ],
+    )
+    b = g.node(
+        "DequantizeLinear",
+        [
+            g.node("QuantizeLinear", [x, g.const(0.05), g.const(-5, "int8")]),
+            g.const(0.05),
+            g.const(-5, "int8"),
+        ],
+    )
+    g.output(g.node("Add", [a, b]))
+
+
+_fixture(
+    "L1/tiny_qdq",
+    "sensors",
+    "quantized",
+    "test fixture: dq(q(relu(x), 1/16, u8 zp 3)) + dq(q(x, 0.05, s8 zp -5)) on 4x32",
+    _qdq_pair,
+)

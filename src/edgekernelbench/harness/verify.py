@@ -140,7 +140,8 @@ TIR_OPS = frozenset(
 )
 LLVM_CALLS = frozenset({"tirx.call_llvm_pure_intrin", "tirx.call_llvm_intrin"})
 # Pure register arithmetic: TVM 0.27's tensor intrinsics (tvm/s_tir/tensor_intrin: x86.py, arm_cpu.py,
-# riscv_cpu.py) without their memory accesses, and the FMA / min / max / abs LLVM itself has.
+# riscv_cpu.py) without their memory accesses, and the FMA / min / max / abs / rounding conversion (lrint:
+# ir/quantize_rint.py) LLVM itself has.
 LLVM_INTRINSICS = frozenset(
     {
         "llvm.x86.avx512.vpdpbusd.512",
@@ -171,6 +172,7 @@ LLVM_INTRINSICS = frozenset(
         "llvm.maxnum",
         "llvm.fabs",
         "llvm.sqrt",
+        "llvm.lrint",
     }
 )
 # PrimFunc attributes: the references' and dlight's. Not e.g. "target" or "calling_conv" (they change

@@ -42,6 +42,8 @@ FAST_MATH = [{"name": "FastMathTransform", "args": {}}]
 INT8_DOT = [{"name": "Int8DotProduct", "args": {}}]
 # the natural logarithm as a polynomial that vectorizes (ir/fast_log.py): LLVM calls logf per element
 FAST_LOG = [{"name": "FastLog", "args": {}}]
+# 8-bit quantize as one rounding conversion (llvm.lrint) between clamps, bit for bit (ir/quantize_rint.py)
+QUANTIZE_RINT = [{"name": "QuantizeRint", "args": {}}]
 # ONNX operators whose Relax form FastMathTransform replaces (softmax, exp, erf, tanh) or imports to one
 FAST_MATH_OPS = {"Softmax", "Exp", "Erf", "Tanh", "Gelu"}
 
@@ -59,11 +61,13 @@ def graph_alternatives(problem, backend=None) -> list[tuple[str, list[dict]]]:
     2-D convolutions (ONNX Conv with a 3-D or 4-D weight), after ClipAsOps when it has Clip; integer GEMMs as
     u8 x s8 dot products on weights packed for VNNI, when the model has MatMulInteger or a quantized pointwise
     convolution and `backend`'s target has VNNI (after channels last: a pointwise convolution in NHWC needs no
-    transposes); fast math (TVM's FastMathTransform: softmax, exp, erf and tanh as polynomial approximations
-    that vectorize, where LLVM's libm calls stay scalar) when it has those functions -- the judge's tolerance
-    decides whether an approximation is close enough; and the natural logarithm as a polynomial within an
-    ulp of float64 (ir/fast_log.py) when it has a Log: LLVM calls logf once per element of a vector
-    (logmel_frontend_yamnet's mel matmul with its log epilogue: 43 -> 31 us standalone)."""
+    transposes); 8-bit quantize as one rounding conversion between clamps (ir/quantize_rint.py) when the
+    model has QuantizeLinear and the target is an x86 CPU, after the dot products (their pass rewrites
+    quantize operators); fast math (TVM's FastMathTransform: softmax, exp, erf and tanh as polynomial
+    approximations that vectorize, where LLVM's libm calls stay scalar) when it has those functions -- the
+    judge's tolerance decides whether an approximation is close enough; and the natural logarithm as a
+    polynomial within an ulp of float64 (ir/fast_log.py) when it has a Log: LLVM calls logf once per element
+    of a vector (logmel_frontend_yamnet's mel matmul with its log epilogue: 43 -> 31 us standalone)."""
     nodes = problem.model.graph.node
     out = []
     if any(n.op_type == "Conv" and _weight_rank(problem.model.graph, n.input[1]) in (3, 4) for n in nodes):
@@ -72,6 +76,8 @@ def graph_alternatives(problem, backend=None) -> list[tuple[str, list[dict]]]:
         out.append((f"graph: convolutions channels last ({label})", (CLIP_AS_OPS if clamps else []) + NHWC))
     if backend is not None and _int8_gemms(problem.model.graph) and _has_vnni(backend):
         out.append(("graph: integer GEMMs as u8 x s8 dot products on packed weights (VNNI)", INT8_DOT))
+    if backend is not None and any(n.op_type == "QuantizeLinear" for n in nodes) and _is_x86(backend):
+        out.append(("graph: quantize as one rounding conversion (lrint; the same values)", QUANTIZE_RINT))
     if any(n.op_type in FAST_MATH_OPS for n in nodes):
         out.append(("graph: fast math (softmax, exp, erf, tanh)", FAST_MATH))
     if any(n.op_type == "Log" for n in nodes):
@@ -136,12 +142,25 @@ def _int8_gemms(graph) -> bool:
 
 def _has_vnni(backend) -> bool:
     """Whether `backend`'s (a profile or its name) target has VNNI ("native": this machine's CPU)."""
-    from ..backends.host import resolve_target
-    from ..backends.registry import as_profile
     from ..ir.int8_dot import target_has_vnni
 
+    return _llvm_target(backend, target_has_vnni)
+
+
+def _is_x86(backend) -> bool:
+    """Whether `backend`'s (a profile or its name) target is an x86 CPU."""
+    from ..ir.quantize_rint import target_is_x86
+
+    return _llvm_target(backend, target_is_x86)
+
+
+def _llvm_target(backend, test) -> bool:
+    """Whether `backend`'s target is an LLVM one for which `test(its resolved Target)` holds."""
+    from ..backends.host import resolve_target
+    from ..backends.registry import as_profile
+
     profile = as_profile(backend)
-    return (profile.target or {}).get("kind") == "llvm" and target_has_vnni(resolve_target(profile))
+    return (profile.target or {}).get("kind") == "llvm" and test(resolve_target(profile))
 
 
 LAYOUT_OPS = ("Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten")
