@@ -81,6 +81,11 @@ def register_intrinsics() -> None:
 
 def target_has_vnni(target) -> bool:
     """Whether an LLVM target (a tvm Target or its dict) has AVX-512 VNNI."""
+    return llvm_target_has(target, VNNI_FEATURE)
+
+
+def llvm_target_has(target, feature: str) -> bool:
+    """Whether a target (a tvm Target or its dict) is an LLVM one whose CPU has the LLVM `feature`."""
     import tvm
     from tvm.target import codegen
 
@@ -88,8 +93,8 @@ def target_has_vnni(target) -> bool:
     if t.kind.name != "llvm":
         return False
     try:
-        return bool(codegen.target_has_features([VNNI_FEATURE], t))
-    except Exception:  # noqa: BLE001 -- an LLVM that does not know the CPU: no
+        return bool(codegen.target_has_features([feature], t))
+    except Exception:  # noqa: BLE001 -- an LLVM that does not know the CPU (or the feature): no
         return False
 
 

@@ -39,7 +39,7 @@ def quantize_rint_te(data, scale, zp, axis: int, out_dtype: str, nonneg: bool = 
     out (the caller knows it is the identity)."""
     from tvm import te, tirx
 
-    qmin, qmax = int(tirx.min_value(out_dtype).value), int(tirx.max_value(out_dtype).value)
+    qmin, qmax = _bounds(out_dtype)
     i32, f32 = "int32", "float32"
 
     def param(p, idx):
@@ -62,16 +62,17 @@ def quantize_rint_te(data, scale, zp, axis: int, out_dtype: str, nonneg: bool = 
 def target_is_x86(target) -> bool:
     """Whether an LLVM target (a tvm Target or its dict) is an x86 CPU (its vectors of llvm.lrint convert in
     one instruction from SSE2 on)."""
-    import tvm
-    from tvm.target import codegen
+    from .int8_dot import llvm_target_has
 
-    t = target if isinstance(target, tvm.target.Target) else tvm.target.Target(target)
-    if t.kind.name != "llvm":
-        return False
-    try:
-        return bool(codegen.target_has_features(["sse2"], t))
-    except Exception:  # noqa: BLE001 -- an LLVM that does not know the CPU: no
-        return False
+    return llvm_target_has(target, "sse2")
+
+
+def _bounds(out_dtype: str) -> tuple[int, int]:
+    """(qmin, qmax): the range of the 8-bit integer type."""
+    import numpy as np
+
+    info = np.iinfo(out_dtype)
+    return int(info.min), int(info.max)
 
 
 def _scalars(expr):
@@ -144,7 +145,7 @@ def quantize_rint_pass():
                 if out_dtype not in ("int8", "uint8") or str(getattr(data.ty, "dtype", "")) != "float32":
                     return call
                 s, z = _scalars(scale), _scalars(zp)
-                qmin = -128 if out_dtype == "int8" else 0
+                qmin = _bounds(out_dtype)[0]
                 nonneg = (
                     s is not None
                     and bool((s > 0).all())
