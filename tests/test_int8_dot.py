@@ -100,6 +100,28 @@ def test_the_vnni_kernel_is_tensorized_and_exact():
         assert res.correct, (pid, res.detail)
 
 
+def test_the_vnni_tile_accumulates_in_a_global_buffer_and_old_local_decisions_replay():
+    """The VNNI rule's accumulators are a "global" buffer (a stack array on a CPU, not a workspace
+    allocated per call) tensorized with VNNI_INTRIN; decisions stored before, a "local" buffer and
+    VNNI_INTRIN_LOCAL, still replay to the same vpdpbusd kernel. Scheduling only: any CPU."""
+    from edgekernelbench.ir.int8_dot import VNNI_INTRIN, VNNI_INTRIN_LOCAL
+    from edgekernelbench.ir.replay import LayerRecorder, apply_trace, combine_layers
+    from edgekernelbench.search.rules import analyze
+    from edgekernelbench.search.rules.dot import schedule_dot
+
+    func = graph_reference(QDQ_S2, graph_key(INT8_DOT)).primfuncs()[DOT_BLOCK]
+    rec = LayerRecorder(func)
+    schedule_dot(rec, analyze(func, DOT_BLOCK), 2, 2)
+    layers = rec.traces()
+    text = json.dumps(layers)
+    assert '[0, "global"]' in text and VNNI_INTRIN in text and "local" not in text
+    old = json.loads(text.replace('[0, "global"]', '[0, "local"]').replace(VNNI_INTRIN, VNNI_INTRIN_LOCAL))
+    for traces in (layers, old):
+        trace, where = combine_layers([(k, traces[k]) for k in ("loop", "memory", "target")])
+        script = apply_trace(func, trace, DOT_BLOCK, where).mod.script()
+        assert "vpdpbusd" in script
+
+
 def test_an_integer_problem_is_held_to_the_int8_roof_where_the_backend_has_one():
     """The roofline of an integer problem uses the int8 dot-product peak when the peak record has one, the
     float peak otherwise; a float problem always the float peak."""

@@ -108,6 +108,46 @@ def test_the_lower_clamp_is_left_out_after_a_relu_only():
     assert clamps(False) == (1, 1)
 
 
+@pytest.mark.parametrize("carried", [True, False])
+def test_a_scale_and_zero_point_the_module_carries_are_written_in_as_constants(carried):
+    """Scale and zero point as weights of main (parameters after num_input, as the ONNX importer keeps
+    them): where the module carries their values ("params"), the kernel divides by an immediate, the zero
+    point folds and the lower clamp after the ReLU goes; where it does not, they stay the kernel's buffers
+    and both clamps stay. The same bytes either way."""
+    import tvm
+    from tvm import relax
+    from tvm.relax import op as R
+
+    from edgekernelbench.ir.quantize_rint import quantize_rint_pass
+
+    shape, scale, zp = (4, 64), np.float32(6 / 255), np.uint8(0)
+    x = relax.Var("x", relax.TensorType(shape, "float32"))
+    sv = relax.Var("s", relax.TensorType((), "float32"))
+    zv = relax.Var("z", relax.TensorType((), "uint8"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x, sv, zv]):
+        with bb.dataflow():
+            out = bb.emit_output(R.quantize(bb.emit(R.nn.relu(x)), sv, zv, axis=1, out_dtype="uint8"))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    weights = [tvm.runtime.tensor(np.asarray(scale)), tvm.runtime.tensor(np.asarray(zp))]
+    func = mod["main"].with_attr("num_input", 1)
+    if carried:
+        func = func.with_attr("params", weights)
+    mod = tvm.IRModule({"main": func})
+    lowered = relax.transform.LegalizeOps()(quantize_rint_pass()(mod))
+    line = next(ln for ln in lowered["quantize_rint"].script().splitlines() if "llvm.lrint" in ln)
+    assert ("T.float32(0.0235294" in line) == carried and ("[()]" in line) != carried, line
+    assert (line.count("T.min("), line.count("T.max(")) == ((1, 0) if carried else (1, 1)), line
+
+    from edgekernelbench.search.rules import build_target
+
+    xs = _inputs(shape, scale, np.random.default_rng(2))
+    vm = relax.VirtualMachine(tvm.compile(lowered, build_target(1)), tvm.cpu(0))
+    got = vm["main"](tvm.runtime.tensor(xs), *weights).numpy()
+    assert np.array_equal(got, _onnx_quantize(np.maximum(xs, 0), scale, zp, 1, "uint8"))
+
+
 @pytest.mark.parametrize("mcpu", ["skylake-avx512", "haswell"])
 def test_the_rounding_is_one_conversion_per_vector_on_x86(mcpu):
     """Compiled for AVX-512 and for AVX2 (whatever this machine is): the vector loop converts with

@@ -29,25 +29,36 @@ import functools
 DOT_BLOCK = "dot_u8s8"  # the block of the dot products: [m, n/16, 16] x reduction [k/4, 4]
 ROWSUM_BLOCK = "dot_u8s8_rowsum"  # the row sums of a (for the weights' zero points)
 LANES, GROUP = 16, 4  # int32 lanes of one vpdpbusd, bytes summed into each lane
-VNNI_INTRIN = "ekb_vnni_u8s8_local"
+VNNI_INTRIN = "ekb_vnni_u8s8_global"
+VNNI_INTRIN_LOCAL = "ekb_vnni_u8s8_local"  # accumulators in a "local" buffer: decisions stored before
 VNNI_FEATURE = "avx512vnni"
 VPDPBUSD = "llvm.x86.avx512.vpdpbusd.512"  # the LLVM intrinsic (this LLVM: <16 x i32>, <64 x i8>, <64 x i8>)
 
 
 @functools.cache
 def register_intrinsics() -> None:
-    """Registers `VNNI_INTRIN` with TVM (once per process): 16 int32 accumulators in a "local" buffer
-    (the register tile) += 4 uint8 (broadcast) x [16, 4] int8, as one llvm.x86.avx512.vpdpbusd.512 (the
-    signature of TVM 0.27's LLVM: the byte operands are <64 x i8>). TVM's own dot_16x4_vnni writes a
-    global buffer and passes <16 x i32>, which this LLVM rejects."""
+    """Registers the VNNI tensor intrinsics with TVM (once per process): 16 int32 accumulators (the register
+    tile) += 4 uint8 (broadcast) x [16, 4] int8, as one llvm.x86.avx512.vpdpbusd.512 (the signature of TVM
+    0.27's LLVM: the byte operands are <64 x i8>). TVM's own dot_16x4_vnni passes <16 x i32>, which this
+    LLVM rejects. `VNNI_INTRIN` takes the accumulators in a "global" buffer (what the rules write: on a CPU a
+    small global allocation is a stack array LLVM keeps in registers, a "local" one costs a workspace
+    allocation per call); `VNNI_INTRIN_LOCAL` in a "local" one, for decisions stored before."""
     from tvm import s_tir
+
+    for name, scope in ((VNNI_INTRIN, "global"), (VNNI_INTRIN_LOCAL, "local")):
+        desc, impl = _vnni_funcs(scope)
+        s_tir.TensorIntrin.register(name, desc, impl, override=True)
+
+
+def _vnni_funcs(scope: str):
+    """The (description, implementation) PrimFuncs of the VNNI intrinsic with accumulators in `scope`."""
     from tvm.script import tirx as T
 
     @T.prim_func(s_tir=True)
     def desc(
         A: T.Buffer((4,), "uint8", offset_factor=1),
         B: T.Buffer((16, 4), "int8", offset_factor=1),
-        C: T.Buffer((16,), "int32", offset_factor=1, scope="local"),
+        C: T.Buffer((16,), "int32", offset_factor=1, scope=scope),
     ) -> None:
         with T.sblock("root"):
             T.reads(C[0:16], A[0:4], B[0:16, 0:4])
@@ -62,7 +73,7 @@ def register_intrinsics() -> None:
     def impl(
         A: T.Buffer((4,), "uint8", offset_factor=1),
         B: T.Buffer((16, 4), "int8", offset_factor=1),
-        C: T.Buffer((16,), "int32", offset_factor=1, scope="local"),
+        C: T.Buffer((16,), "int32", offset_factor=1, scope=scope),
     ) -> None:
         with T.sblock("root"):
             T.reads(C[0:16], A[0:4], B[0:16, 0:4])
@@ -76,7 +87,7 @@ def register_intrinsics() -> None:
                 dtype="int32x16",
             )
 
-    s_tir.TensorIntrin.register(VNNI_INTRIN, desc, impl, override=True)
+    return desc, impl
 
 
 def target_has_vnni(target) -> bool:
@@ -254,12 +265,7 @@ def _rewriter(mod):
             return all(self.weight_only(a) for a in value.args if isinstance(a, (relax.Var, Constant)))
 
         def known(self, expr):
-            """The value (numpy) of a constant or of a weight parameter whose value the module carries;
-            None otherwise."""
-            if isinstance(expr, Constant):
-                return expr.value.numpy()
-            value = self.values.get(expr)
-            return None if value is None else value.numpy()
+            return known_value(self.values, expr)
 
         def visit_call_(self, call):
             op = _op(call)
@@ -424,6 +430,17 @@ def _canceller(mod):
             return super().visit_call_(call)
 
     return Canceller(mod)
+
+
+def known_value(values: dict, expr):
+    """The value (numpy) of a Relax constant or of a weight parameter whose value the module carries
+    (`values`: parameter -> tensor, as `_each_function` sets them); None otherwise."""
+    from tvm.ir.expr import Constant
+
+    if isinstance(expr, Constant):
+        return expr.value.numpy()
+    value = values.get(expr)
+    return None if value is None else value.numpy()
 
 
 def _each_function(mod, make, weights: bool = False):

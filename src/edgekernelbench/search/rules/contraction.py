@@ -19,6 +19,7 @@ from .analysis import (
     vec_tile,
 )
 from .primitives import (
+    ACC_SCOPE,
     ACC_VECTORS,
     AUTO_UNROLL_STEP,
     MAX_VEC_TILE,
@@ -183,7 +184,7 @@ def schedule_contraction(
     injective producers (padding, casts) and consumers (bias, activation, requantize).
 
     Tile: [outer spatial (fused)] x [reduction] x [unrolled axis] x [vectorized axis]; the unrolled
-    and vectorized tiles hold `acc_vectors` vector accumulators (cache_write "local"). `unroll_step`:
+    and vectorized tiles hold `acc_vectors` vector accumulators (cache_write to `ACC_SCOPE`). `unroll_step`:
     the auto-unroll annotation of the target layer (0: none). `pad`: first pad the vectorized axis to a
     multiple of this many elements (pad_main). `order`: of the tile loops, "rows" (the axes' order: the
     vectorized axis's tiles innermost, so an operand that moves with it -- a GEMM's weight -- is swept whole
@@ -262,7 +263,7 @@ def schedule_contraction(
         if fused is None:
             raise Skip("no tile loop to place the accumulator in")
         with rec.layer("memory"):
-            wb = sch.cache_write(mb, 0, "local")
+            wb = sch.cache_write(mb, 0, ACC_SCOPE)
             sch.reverse_compute_at(wb, fused)
             wb_name = sch.get(wb).name_hint
             info["epilogue_in_writeback"] = _inline_all(

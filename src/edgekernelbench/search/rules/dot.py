@@ -9,7 +9,7 @@ import functools
 
 from ...ir.int8_dot import DOT_BLOCK, VNNI_INTRIN, register_intrinsics, target_has_vnni
 from .analysis import FuncFacts
-from .primitives import Skip, _vectorize_tail
+from .primitives import ACC_SCOPE, Skip, _vectorize_tail
 
 # register tiles (rows x 16-lane vectors) in the rules' order of preference: 16 of the 32 zmm registers
 # hold accumulators, the rest the weight vectors and broadcast rows
@@ -39,7 +39,7 @@ def _divisor_near(n: int, cap: int) -> int:
 
 def schedule_dot(rec, facts: FuncFacts, rows: int = 4, vectors: int = 4, parallel: bool = False) -> dict:
     """loop: the tile (rows x vectors, each the largest divisor of its extent at most that), the reduction
-    over k/4 outside it; memory: the accumulators in a local buffer (registers) written back per tile;
+    over k/4 outside it; memory: the accumulators in an `ACC_SCOPE` buffer (registers) written back per tile;
     target: the reduction's init (bias and zero-point correction) split off, the 16 x 4 inner product
     tensorized with vpdpbusd. The row sums (a loop over the input before the tiles) are vectorized."""
     if not is_dot(facts):
@@ -62,7 +62,7 @@ def schedule_dot(rec, facts: FuncFacts, rows: int = 4, vectors: int = 4, paralle
         sch.unroll(mi)
         sch.unroll(noi)
     with rec.layer("memory"):
-        wb = sch.cache_write(d, 0, "local")
+        wb = sch.cache_write(d, 0, ACC_SCOPE)
         sch.reverse_compute_at(wb, tile)
         _vectorize_tail(sch, wb, 16)
     with rec.layer("target"):
