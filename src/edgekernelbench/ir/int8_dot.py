@@ -31,6 +31,7 @@ ROWSUM_BLOCK = "dot_u8s8_rowsum"  # the row sums of a (for the weights' zero poi
 LANES, GROUP = 16, 4  # int32 lanes of one vpdpbusd, bytes summed into each lane
 VNNI_INTRIN = "ekb_vnni_u8s8_global"
 VNNI_INTRIN_LOCAL = "ekb_vnni_u8s8_local"  # accumulators in a "local" buffer: decisions stored before
+VNNI_INTRINS = {"global": VNNI_INTRIN, "local": VNNI_INTRIN_LOCAL}  # accumulators' scope -> intrinsic
 VNNI_FEATURE = "avx512vnni"
 VPDPBUSD = "llvm.x86.avx512.vpdpbusd.512"  # the LLVM intrinsic (this LLVM: <16 x i32>, <64 x i8>, <64 x i8>)
 
@@ -45,7 +46,7 @@ def register_intrinsics() -> None:
     allocation per call); `VNNI_INTRIN_LOCAL` in a "local" one, for decisions stored before."""
     from tvm import s_tir
 
-    for name, scope in ((VNNI_INTRIN, "global"), (VNNI_INTRIN_LOCAL, "local")):
+    for scope, name in VNNI_INTRINS.items():
         desc, impl = _vnni_funcs(scope)
         s_tir.TensorIntrin.register(name, desc, impl, override=True)
 

@@ -80,13 +80,6 @@ def _bounds(out_dtype: str) -> tuple[int, int]:
     return int(info.min), int(info.max)
 
 
-def _scalars(expr):
-    """The values of a Relax constant (numpy, flattened), or None."""
-    from tvm.ir.expr import Constant
-
-    return expr.value.numpy().reshape(-1) if isinstance(expr, Constant) else None
-
-
 def _nonneg(var2val, expr, depth: int = 4) -> bool:
     """Whether the Relax value `expr` cannot be negative: a ReLU's output, a clip's or maximum's with a
     constant lower bound >= 0, a minimum of such values, or a reshape-like op of one."""
@@ -112,9 +105,9 @@ def _nonneg(var2val, expr, depth: int = 4) -> bool:
 
 
 def _const_nonneg(var2val, expr) -> bool:
-    from .int8_dot import _value
+    from .int8_dot import _value, known_value
 
-    c = _scalars(_value(var2val, expr))
+    c = known_value({}, _value(var2val, expr))
     return c is not None and c.size > 0 and bool(c.min() >= 0)
 
 

@@ -1,13 +1,13 @@
 """The rule for the u8 x s8 dot-product kernels of the Int8DotProduct graph (ir/int8_dot.py): a register tile
 of `rows` rows x `vectors` groups of 16 output columns, accumulated in int32 registers by VNNI's vpdpbusd
-(the target layer's tensorize with ir.int8_dot.VNNI_INTRIN), the zero-point correction and bias fused into
+(the target layer's tensorize with ir.int8_dot.VNNI_INTRINS), the zero-point correction and bias fused into
 the tile's write-back. Offered only where the host target has VNNI (`vnni_available`)."""
 
 from __future__ import annotations
 
 import functools
 
-from ...ir.int8_dot import DOT_BLOCK, VNNI_INTRIN, register_intrinsics, target_has_vnni
+from ...ir.int8_dot import DOT_BLOCK, VNNI_INTRINS, register_intrinsics, target_has_vnni
 from .analysis import FuncFacts
 from .primitives import ACC_SCOPE, Skip, _vectorize_tail
 
@@ -68,5 +68,5 @@ def schedule_dot(rec, facts: FuncFacts, rows: int = 4, vectors: int = 4, paralle
     with rec.layer("target"):
         init = sch.decompose_reduction(d, ko)
         _vectorize_tail(sch, init, 16)
-        sch.tensorize(sch.get_loops(d)[-2], VNNI_INTRIN)
-    return {"tile": [ut, nv * 16], "intrinsic": VNNI_INTRIN}
+        sch.tensorize(sch.get_loops(d)[-2], VNNI_INTRINS[ACC_SCOPE])  # the intrinsic of the tile's scope
+    return {"tile": [ut, nv * 16], "intrinsic": VNNI_INTRINS[ACC_SCOPE]}
