@@ -308,6 +308,192 @@ def test_a_graph_is_also_kept_by_its_kernels_total_time():
     assert not leka.improves_whole(two, 55.0, rows_ab, same=frozenset({"a", "b"}))  # nothing changed
 
 
+def test_a_dropped_graph_change_is_judged_again_on_the_tuned_kernels(monkeypatch):
+    """_graph_retry with a scripted judge: a correct graph change the graph layer dropped (an epilogue
+    rewrite: the same kernels, one renamed) is judged again with the kept decisions carried to the changed
+    graph's kernels by call order; kept when its changed kernels are faster (`improves_whole`, the
+    unchanged kernel left out of the totals), the proposer moved to that graph with its tried points
+    carried; not kept when not faster; a change that calls other kernels is not judged again. The graph
+    layer hands over only the correct changes it dropped."""
+    from edgekernelbench.agents import leka
+    from edgekernelbench.agents.proposers import BuiltinProposer
+    from edgekernelbench.records import Result
+    from edgekernelbench.search.graph import graph_key
+    from edgekernelbench.search.kernels import KernelInfo
+
+    rint, split = [{"name": "QuantizeRint", "args": {}}], [{"name": "FuseTIR", "args": {}}]
+    graphs = {
+        "": (KernelInfo("conv", "w_conv", "conv2d", None), KernelInfo("quantize", "w_q", "injective", None)),
+        graph_key(rint): (
+            KernelInfo("conv", "w_conv", "conv2d", None),
+            KernelInfo("quantize_rint", "w_r", "injective", None),
+        ),
+        graph_key(split): (KernelInfo("a", "x", "conv2d", None),),
+    }
+    monkeypatch.setattr(leka, "kernels", lambda pid, graph="": graphs[graph])
+
+    class Ep:
+        problem, method = get_problem(TINY), "leka"
+        cfg = type("Cfg", (), {"reuse": False})
+
+        def __init__(self, verdicts):
+            self.verdicts, self.judged, self.steps = list(verdicts), [], []
+
+        def judge(self, spec, **kw):
+            self.judged.append(spec)
+            correct, s, us = self.verdicts.pop(0)
+            res = Result(
+                problem=TINY, sample=4, backend="host-cpu", correct=correct, speedups={"tvm-default": s}
+            )
+            res.speedup_ci = {"tvm-default": [s * 0.95, s * 1.05]}
+            res.extra["kernels"] = [{"kernel": k, "median": u * 1e-6, "share": 0.5} for k, u in us.items()]
+            return res
+
+        def record(self, **kw):
+            self.steps.append(kw)
+
+    # the graph layer: a wrong change and a correct, not faster one; only the correct one is handed over
+    class Graphs:
+        graph = ""
+
+        def graphs(self):
+            return [("split", split), ("rint", rint)]
+
+        def start(self, name):
+            return {"loop": [["start", name]]}
+
+    ep, rejected = Ep([(False, 0.0, {}), (True, 10.0, {"conv": 5.0, "quantize_rint": 5.0})]), []
+    rows = [{"kernel": "conv", "us": 5.0, "share": 0.5}, {"kernel": "quantize", "us": 5.0, "share": 0.5}]
+    assert (
+        leka._graph_layer(
+            ep, None, Graphs(), "t", 10.0, rows, {"conv": "w_conv", "quantize": "w_q"}, rejected
+        )
+        is None
+    )
+    assert rejected == [("rint", rint)]
+
+    tuned = {"conv": {"loop": [["tile", "conv"]]}, "quantize": {"loop": [["vectorize", "quantize"]]}}
+    ks = {k.name: k for k in graphs[""]}
+    workloads = {k.name: k.workload for k in graphs[""]}
+
+    class Proposer:
+        graph = ""
+
+        def __init__(self):
+            self.carried = []
+
+        def carry(self, old, new, names):
+            self.carried.append((old, new, names))
+
+    for faster in (True, False):
+        prop, whole = Proposer(), leka.Whole()
+        # the unchanged conv measured 20% slower (noise), the rewritten quantize 40% faster
+        ep = Ep([(True, 10.1, {"conv": 6.0, "quantize_rint": 3.0 if faster else 5.0})])
+        todo = [("split", split), ("rint", rint)]
+        out = leka._graph_retry(ep, prop, ks, dict(tuned), {"conv"}, workloads, whole, 10.0, rows, todo)
+        assert len(ep.judged) == 1 and todo == []  # "split" calls other kernels: not judged again
+        spec = ep.judged[0]
+        assert spec.decisions.graph["passes"] == rint
+        assert spec.decisions.loop == {
+            "conv": [["tile", "conv"]],
+            "quantize_rint": [["vectorize", "quantize"]],
+        }
+        ks2, state2, reused2, workloads2, best2, rows2 = out
+        if faster:
+            assert list(ks2) == ["conv", "quantize_rint"] and reused2 == {"conv"}
+            assert state2 == {"conv": tuned["conv"], "quantize_rint": tuned["quantize"]}
+            assert workloads2 == {"conv": "w_conv", "quantize_rint": "w_r"} and whole.passes == rint
+            assert best2 == 10.1 and prop.graph == graph_key(rint)
+            assert prop.carried == [("", graph_key(rint), {"conv": "conv", "quantize": "quantize_rint"})]
+            assert ep.steps[-1]["kind"] == "accept" and ep.steps[-1]["proposal"] == "rint"
+        else:
+            assert (ks2, state2, workloads2, best2, rows2) == (ks, tuned, workloads, 10.0, rows)
+            assert whole.passes == [] and prop.graph == "" and prop.carried == []
+
+    # the builtin proposer: the points tried on a kernel count as tried on its counterpart
+    builtin = BuiltinProposer.__new__(BuiltinProposer)
+    builtin.tried = {
+        ("", "quantize", "loop"): {"p1"},
+        ("", "conv", "loop"): {"p2"},
+        ("g", "quantize", "loop"): {"x"},
+    }
+    builtin.carry("", "r", {"quantize": "quantize_rint", "conv": "conv"})
+    assert builtin.tried[("r", "quantize_rint", "loop")] == {"p1"} and builtin.tried[
+        ("r", "conv", "loop")
+    ] == {"p2"}
+    assert ("r", "quantize", "loop") not in builtin.tried
+
+
+def test_when_the_patience_ends_the_first_pass_the_dropped_graph_changes_are_judged_first(monkeypatch):
+    """run_leka, its layers scripted: the patience stops the search in the first pass, before the graph
+    changes the graph layer dropped were judged again (here as the first pass ends: the retry's own charge
+    raises); they are judged then (the patience's count reset for them, the evaluation budget as it is),
+    and the search stops on the patience."""
+    from edgekernelbench.agents import leka
+    from edgekernelbench.agents.budget import Budget, Usage
+    from edgekernelbench.records import Result
+    from edgekernelbench.search.kernels import KernelInfo
+
+    rint = [{"name": "QuantizeRint", "args": {}}]
+    monkeypatch.setattr(leka, "kernels", lambda pid, graph="": (KernelInfo("conv", "w", "conv2d", None),))
+    monkeypatch.setattr(leka, "KernelDB", lambda path: type("DB", (), {"close": lambda self: None})())
+    monkeypatch.setattr(leka, "_remember", lambda *a: None)
+    monkeypatch.setattr(leka, "backend_target_key", lambda backend: "t")
+
+    def graph_layer(ep, db, proposer, target, best, rows, base, rejected):
+        rejected.append(("rint", rint))
+
+    def layer(ep, *a):  # every kernel decision judged and not kept, until the patience stops the search
+        ep.usage.charge_eval()
+        ep.usage.judged(False)
+        return a[5], a[6]
+
+    retried = []
+
+    def graph_retry(ep, proposer, ks, state, reused, workloads, whole, best, rows, rejected):
+        retried.append((ep.usage.since_improved, list(rejected)))
+        ep.usage.charge_eval()  # the judgment of the change: within the evaluation budget
+        rejected.clear()
+        return ks, state, reused, workloads, best, rows
+
+    monkeypatch.setattr(leka, "_graph_layer", graph_layer)
+    monkeypatch.setattr(leka, "_layer", layer)
+    monkeypatch.setattr(leka, "_graph_retry", graph_retry)
+
+    class Ep:
+        problem, method = get_problem(TINY), "leka"
+        cfg = type("Cfg", (), {"reuse": False, "patience": 3, "backend": "host-cpu", "kernel_db": None})
+
+        def __init__(self):
+            self.usage, self.steps = Usage(Budget(evals=32)), []
+
+        def judge(self, spec, **kw):
+            self.usage.charge_eval()
+            return Result(
+                problem=TINY, sample=4, backend="host-cpu", correct=True, speedups={"tvm-default": 2.0}
+            )
+
+        def record(self, **kw):
+            self.steps.append(kw)
+
+    class Proposer:
+        graph = ""
+
+        def graphs(self):
+            return []
+
+        def start(self, name):
+            return None
+
+    ep = Ep()
+    leka.run_leka(ep, Proposer())
+    # at the end of the first pass, the patience used up (3 judgments not kept): its charge stops the search;
+    # then the change is judged, the patience's count reset for it
+    assert retried == [(3, [("rint", rint)]), (0, [("rint", rint)])]
+    assert ep.usage.stopped == "patience" and ep.usage.evals == 1 + 3 + 1  # start, 3 decisions, the change
+    assert ep.steps[-1]["kind"] == "stop" and "patience" in ep.steps[-1]["why"]
+
+
 def test_the_target_layer_keeps_fast_math_only_when_correct_and_faster():
     """_target_layer with a scripted judge: the whole-module target decision (LLVM's fast-math flags) is
     judged on top of the kept graph and decisions; kept (into the module-wide decisions every later

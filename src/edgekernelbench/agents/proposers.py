@@ -65,6 +65,13 @@ class BuiltinProposer:
             )
         return self.spaces[key]
 
+    def carry(self, old: str, new: str, names: dict[str, str]) -> None:
+        """LEKA moved to graph `new`, whose kernels stand for those of graph `old` (names: old kernel ->
+        new): the points tried on a kernel count as tried on its counterpart (they are offered once)."""
+        for (graph, kernel, layer), seen in list(self.tried.items()):
+            if graph == old and kernel in names:
+                self.tried.setdefault((new, names[kernel], layer), set()).update(seen)
+
     def graphs(self) -> list[tuple[str, list[dict]]]:
         """The graph layer's alternatives to the reference's graph: (label, passes)."""
         return graph_alternatives(self.ep.problem, self.ep.cfg.backend)
