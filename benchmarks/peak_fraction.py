@@ -73,6 +73,17 @@ def best_spec(run_dir: Path, store: RunStore, problem_id: str, method: str):
     return (None, why) if why else (spec, "")
 
 
+def spec_target(spec):
+    """This host's 1-thread target with the spec's target attributes (e.g. LEKA's fast-math flags): its
+    kernels as the judge built them."""
+    import tvm
+
+    target = build_target(1)
+    if spec.decisions.target_attrs:
+        target = tvm.target.Target({**target.export(), **spec.decisions.target_attrs})
+    return target
+
+
 def kernel_calls(problem, spec, target):
     """[(kernel name, PrimFunc, time evaluator factory, call args)] of main's kernel calls, the candidate's
     kernels built for `target`, with the weights main_transform_params makes."""
@@ -108,9 +119,7 @@ def measure(problem, spec, peak: dict, cfg: TimingConfig, min_share: float) -> l
     from edgekernelbench.reference import kernel_flops
 
     dev = tvm.cpu(0)
-    target = build_target(1)
-    if spec.decisions.target_attrs:  # e.g. LEKA's fast-math flags: its kernels as the judge built them
-        target = tvm.target.Target({**target.export(), **spec.decisions.target_attrs})
+    target = spec_target(spec)
     calls = kernel_calls(problem, spec, target)
     peak_run, peak_flops = peak_contender(target)
     int8 = int8_contender(target)  # (run, int8 ops per call), or None without VNNI

@@ -20,14 +20,13 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from peak_fraction import kernel_calls  # benchmarks/peak_fraction.py, beside this script
+from peak_fraction import kernel_calls, spec_target  # benchmarks/peak_fraction.py, beside this script
 from stability import cpu_model
 
 from edgekernelbench.backends.host import evaluator_timer
 from edgekernelbench.harness.timing import TimingConfig, time_interleaved
 from edgekernelbench.ir.spec import KernelSpec
 from edgekernelbench.problems import get_problem
-from edgekernelbench.search.rules import build_target
 from edgekernelbench.store import RunStore
 
 
@@ -68,14 +67,10 @@ def main(argv: list[str]) -> int:
         specs[tag] = (spec, label)
     import tvm
 
-    problem, target, dev = get_problem(args.problem), build_target(1), tvm.cpu(0)
+    problem, dev = get_problem(args.problem), tvm.cpu(0)
     contenders = {}
     for tag, (spec, _) in specs.items():
-        if spec.decisions.target_attrs:  # e.g. LEKA's fast-math flags: its kernels as the judge built them
-            built_for = tvm.target.Target({**target.export(), **spec.decisions.target_attrs})
-        else:
-            built_for = target
-        for i, (name, _, lib, call_args) in enumerate(kernel_calls(problem, spec, built_for)):
+        for i, (name, _, lib, call_args) in enumerate(kernel_calls(problem, spec, spec_target(spec))):
             contenders[f"{tag}:{i}:{name}"] = evaluator_timer(lib.mod, name, dev, call_args)
     times = time_interleaved(contenders, TimingConfig(rounds=args.rounds))
     print(

@@ -251,34 +251,12 @@ def _graph_retry(
     while rejected:
         label, passes = rejected[0]
         trial = list(whole.passes) + list(passes)
-        try:
-            new = list(kernels(ep.problem.id, graph_key(trial)))
-        except EKBError as e:
-            ep.record(kind="proposal", layer="graph", proposal=label, error=str(e))
-            rejected.pop(0)
-            continue
-        if [k.op_class for k in new] != [k.op_class for k in ks.values()]:
-            rejected.pop(0)
-            continue  # another set of kernels: the decisions have nowhere to go
-        # this graph's kernel -> the change's, by call order
-        names = dict(zip(ks, (k.name for k in new), strict=True))
-        ks2 = {k.name: k for k in new}
-        state2 = {names[n]: dict(layers) for n, layers in state.items() if n in names}
-        workloads2 = {k.name: k.workload for k in new}
-        same = frozenset(n for n, w in workloads2.items() if workloads.get(n) == w)
-        spec = build_spec(
-            ep.problem, state2, ep.method, workloads=workloads2, whole=Whole(trial, whole.target_attrs)
-        )
-        res = ep.judge(
-            spec,
-            layer="graph",
-            label=f"{label} (again, on the tuned kernels)",
-            profile=list(ks2),
-            accept=lambda r, best=best, rows=rows, same=same: improves_whole(r, best, rows, same),
-        )
+        # None when the change does not fit; a BudgetExhausted before its judgment leaves it in `rejected`
+        out = _retry_one(ep, label, trial, ks, state, workloads, whole, best, rows)
         rejected.pop(0)
-        if not improves_whole(res, best, rows, same):
+        if out is None:
             continue
+        names, ks2, state2, workloads2, res = out
         best = max(score(res), best)  # never lowered by a keep (see _layer)
         ep.record(kind="accept", layer="graph", proposal=label, speedup=best)
         carry = getattr(proposer, "carry", None)
@@ -288,6 +266,34 @@ def _graph_retry(
         ks, state, workloads, whole.passes = ks2, state2, workloads2, trial
         reused, rows = {names[n] for n in reused if n in names}, profile_rows(res) or rows
     return ks, state, reused, workloads, best, rows
+
+
+def _retry_one(ep: Episode, label: str, trial: list, ks, state, workloads, whole: Whole, best: float, rows):
+    """One dropped graph change (`trial`: the kept passes and it) judged with the decisions carried by call
+    order; (names, kernels, state, workloads, result) when kept, None when it does not fit or is not."""
+    try:
+        new = list(kernels(ep.problem.id, graph_key(trial)))
+    except EKBError as e:
+        ep.record(kind="proposal", layer="graph", proposal=label, error=str(e))
+        return None
+    if [k.op_class for k in new] != [k.op_class for k in ks.values()]:
+        return None  # another set of kernels: the decisions have nowhere to go
+    names = dict(zip(ks, (k.name for k in new), strict=True))  # this graph's kernel -> the change's
+    ks2 = {k.name: k for k in new}
+    state2 = {names[n]: dict(layers) for n, layers in state.items() if n in names}
+    workloads2 = {k.name: k.workload for k in new}
+    same = frozenset(n for n, w in workloads2.items() if workloads.get(n) == w)
+    spec = build_spec(
+        ep.problem, state2, ep.method, workloads=workloads2, whole=Whole(trial, whole.target_attrs)
+    )
+    res = ep.judge(
+        spec,
+        layer="graph",
+        label=f"{label} (again, on the tuned kernels)",
+        profile=list(ks2),
+        accept=lambda r: improves_whole(r, best, rows, same),
+    )
+    return (names, ks2, state2, workloads2, res) if improves_whole(res, best, rows, same) else None
 
 
 def _target_layer(ep: Episode, proposer, state: dict, workloads: dict, whole: Whole, best: float, rows):
