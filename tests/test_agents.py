@@ -462,7 +462,9 @@ def test_when_the_patience_ends_the_first_pass_the_dropped_graph_changes_are_jud
 
     class Ep:
         problem, method = get_problem(TINY), "leka"
-        cfg = type("Cfg", (), {"reuse": False, "patience": 3, "backend": "host-cpu", "kernel_db": None})
+        cfg = type(
+            "Cfg", (), {"reuse": False, "patience": 3, "backend": "host-cpu", "kernel_db": None, "peak": None}
+        )
 
         def __init__(self):
             self.usage, self.steps = Usage(Budget(evals=32)), []
@@ -927,3 +929,23 @@ def test_the_agent_subset():
     assert {p.level for p in probs} == {1, 2, 3}
     assert len({p.domain for p in probs}) >= 7
     assert sum(1 for p in probs if p.integer) >= 3 and sum(1 for p in probs if not p.integer) >= 15
+
+
+def test_kernels_near_the_compute_roof_are_tuned_last():
+    """The kernels that matter (MIN_SHARE of the time, a kernel's calls summed) in order of their time above
+    the compute roof: a kernel at the peak FLOP/s goes after a smaller one at 40%; a kernel without a FLOP
+    count keeps its whole time; without a peak record the order is by time."""
+    from edgekernelbench.agents.leka import _kernels_that_matter
+
+    rows = [
+        {"kernel": "conv_at_peak", "share": 0.30, "us": 30.0, "gflops": 118.0},
+        {"kernel": "conv_at_40", "share": 0.17, "us": 17.0, "gflops": 47.0},
+        {"kernel": "dot", "share": 0.08, "us": 8.0, "gflops": None},
+        {"kernel": "pool", "share": 0.05, "us": 5.0, "gflops": 2.0},
+        {"kernel": "pool", "share": 0.05, "us": 5.0, "gflops": 2.0},
+        {"kernel": "tiny", "share": 0.01, "us": 1.0, "gflops": 1.0},
+    ]
+    ks = {r["kernel"]: None for r in rows}
+    order = _kernels_that_matter(rows, ks, {"flops": 118e9})
+    assert order == ["conv_at_40", "pool", "dot", "conv_at_peak"]  # 10.2, 9.8, 8 and 0 us above the roof
+    assert _kernels_that_matter(rows, ks, None) == ["conv_at_peak", "conv_at_40", "pool", "dot"]

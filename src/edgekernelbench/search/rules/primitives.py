@@ -12,6 +12,7 @@ ACC_VECTORS = 8  # vector accumulators in a register tile (of 16/32 vector regis
 
 
 MAX_VEC_TILE = 4  # vectors along the vectorized axis of one tile
+MAX_VEC_ROWS = 2  # ... of a tile with an unrolled axis too, unless asked for more (the search asks for 4)
 
 
 UNROLL_REDUCTION_MAX = 4  # reduction loops this short are unrolled
