@@ -243,7 +243,6 @@ def _rewriter(mod):
     and each dense layer and pointwise convolution of dequantized 8-bit tensors (a QDQ model's) whose right
     operand is a weight (`weights`, set before each function)."""
     from tvm import relax
-    from tvm.ir.expr import Constant
     from tvm.relax import op as R
 
     i32 = lambda v: R.astype(v, "int32")  # noqa: E731
@@ -256,14 +255,7 @@ def _rewriter(mod):
         var2val: dict = {}
 
         def weight_only(self, expr) -> bool:
-            """Whether `expr` depends on weights and constants only (a weight reshaped or transposed in
-            the graph, as an im2col MatMulInteger writes it): LiftTransformParams computes it at load."""
-            if isinstance(expr, Constant) or expr in self.weights:
-                return True
-            value = self.var2val.get(expr) if isinstance(expr, relax.Var) else None
-            if not isinstance(value, relax.Call) or isinstance(value.op, relax.GlobalVar):
-                return False
-            return all(self.weight_only(a) for a in value.args if isinstance(a, (relax.Var, Constant)))
+            return weight_only(self.var2val, self.weights, expr)
 
         def known(self, expr):
             return known_value(self.values, expr)
@@ -431,6 +423,21 @@ def _canceller(mod):
             return super().visit_call_(call)
 
     return Canceller(mod)
+
+
+def weight_only(var2val: dict, weights: set, expr) -> bool:
+    """Whether `expr` depends on weights (`weights`: the function's parameters after num_input) and constants
+    only, through operators (a weight reshaped or transposed in the graph, as an im2col MatMulInteger writes
+    it, or dequantized): LiftTransformParams computes it at load."""
+    from tvm import relax
+    from tvm.ir.expr import Constant
+
+    if isinstance(expr, Constant) or expr in weights:
+        return True
+    value = var2val.get(expr) if isinstance(expr, relax.Var) else None
+    if not isinstance(value, relax.Call) or isinstance(value.op, relax.GlobalVar):
+        return False
+    return all(weight_only(var2val, weights, a) for a in value.args if isinstance(a, (relax.Var, Constant)))
 
 
 def known_value(values: dict, expr):

@@ -44,6 +44,9 @@ INT8_DOT = [{"name": "Int8DotProduct", "args": {}}]
 FAST_LOG = [{"name": "FastLog", "args": {}}]
 # 8-bit quantize as one rounding conversion (llvm.lrint) between clamps, bit for bit (ir/quantize_rint.py)
 QUANTIZE_RINT = [{"name": "QuantizeRint", "args": {}}]
+# float GEMMs by a weight (channels-last pointwise convolutions, matmuls) on weight panels packed once at
+# load (ir/packed_gemm.py): each panel one contiguous stream where a weight row is read a few lanes at a time
+PACKED_WEIGHTS = [{"name": "PackedWeights", "args": {}}]
 # ONNX operators whose Relax form FastMathTransform replaces (softmax, exp, erf, tanh) or imports to one
 FAST_MATH_OPS = {"Softmax", "Exp", "Erf", "Tanh", "Gelu"}
 
@@ -67,7 +70,9 @@ def graph_alternatives(problem, backend=None) -> list[tuple[str, list[dict]]]:
     approximations that vectorize, where LLVM's libm calls stay scalar) when it has those functions -- the
     judge's tolerance decides whether an approximation is close enough; and the natural logarithm as a
     polynomial within an ulp of float64 (ir/fast_log.py) when it has a Log: LLVM calls logf once per element
-    of a vector (logmel_frontend_yamnet's mel matmul with its log epilogue: 43 -> 31 us standalone)."""
+    of a vector (logmel_frontend_yamnet's mel matmul with its log epilogue: 43 -> 31 us standalone); last,
+    float GEMMs by a constant weight (pointwise convolutions, after channels last; matmuls) on weight panels
+    packed once at load (ir/packed_gemm.py), when the model has one with more than one panel of columns."""
     nodes = problem.model.graph.node
     out = []
     if any(n.op_type == "Conv" and _weight_rank(problem.model.graph, n.input[1]) in (3, 4) for n in nodes):
@@ -82,6 +87,8 @@ def graph_alternatives(problem, backend=None) -> list[tuple[str, list[dict]]]:
         out.append(("graph: fast math (softmax, exp, erf, tanh)", FAST_MATH))
     if any(n.op_type == "Log" for n in nodes):
         out.append(("graph: log as a polynomial that vectorizes (within 1 ulp)", FAST_LOG))
+    if _packable_gemms(problem.model.graph):
+        out.append(("graph: float GEMMs on packed weight panels (re-laid out once)", PACKED_WEIGHTS))
     return out
 
 
@@ -136,6 +143,26 @@ def _int8_gemms(graph) -> bool:
         elif n.op_type == "Conv" and next((a.i for a in n.attribute if a.name == "group"), 1) == 1:
             w = deq_weight(n.input[1])
             if w is not None and len(w) == 4 and w[2:] == [1, 1] and fits(w[1], w[0]):
+                return True
+    return False
+
+
+def _packable_gemms(graph) -> bool:
+    """Whether the model has a GEMM the PackedWeights pass rewrites: a pointwise convolution (a 1x1 weight,
+    one group) or a MatMul / Gemm whose weight is a constant, with more than one panel of output columns."""
+    from ..ir.packed_gemm import panel_width
+
+    inits = {t.name: list(t.dims) for t in graph.initializer}
+    for n in graph.node:
+        w = inits.get(n.input[1]) if len(n.input) > 1 else None
+        if w is None:
+            continue
+        if n.op_type == "Conv" and next((a.i for a in n.attribute if a.name == "group"), 1) == 1:
+            if len(w) == 4 and w[2:] == [1, 1] and panel_width(w[0]):
+                return True
+        elif n.op_type in ("MatMul", "Gemm") and len(w) == 2:
+            trans = next((a.i for a in n.attribute if a.name == "transB"), 0)
+            if panel_width(w[0] if trans else w[1]):
                 return True
     return False
 
