@@ -144,6 +144,7 @@ def test_the_graph_layer_relays_the_weights_once():
         FAST_LOG,
         FAST_MATH,
         NHWC,
+        PACKED_WEIGHTS,
         graph_alternatives,
         graph_key,
         graph_reference,
@@ -153,7 +154,10 @@ def test_the_graph_layer_relays_the_weights_once():
 
     conv = get_problem("L1/tiny_conv3x3")  # conv + ReLU6: the clamps as operators first
     assert [passes for _, passes in graph_alternatives(conv)] == [CLIP_AS_OPS + NHWC]
-    assert graph_alternatives(get_problem("L1/tiny_matmul_128")) == []
+    # a matmul by a constant weight: only its weight packed into panels (ir/packed_gemm.py)
+    assert graph_alternatives(get_problem("L1/tiny_matmul_128")) == [
+        ("graph: float GEMMs on packed weight panels (re-laid out once)", PACKED_WEIGHTS)
+    ]
     # a 1-D convolution too: NWC makes its output channels (64) the vector axis, where NCW vectorized the
     # 124 time steps 4 at a time (124 = 4 x 31: no divisor fills a vector)
     # a quantized (QDQ) model's convolution weights sit behind DequantizeLinear: still constants
