@@ -139,6 +139,7 @@ def bars(results: dict[int, list[dict]]) -> list[str]:
             continue
         lk, ms = t["leka"], t["metaschedule"]
         ahead = (lk["geomean_vs_tvm_default"] or 0) >= (ms["geomean_vs_tvm_default"] or 0)
+        count = head_to_head(table)
         half = lk["wall_s"] <= 0.5 * ms["wall_s"] if ms["wall_s"] else False
         out.append(
             f"- N = {n}: geomean vs tvm-default LEKA {fmt(lk['geomean_vs_tvm_default'])} vs MetaSchedule "
@@ -147,6 +148,27 @@ def bars(results: dict[int, list[dict]]) -> list[str]:
             f"ONNX Runtime {100 * lk['fast_vs_onnxruntime']:.0f}% (bar 60%), geomean "
             f"{fmt(lk['geomean_vs_onnxruntime'])} (bar > 1)"
         )
+        out.append(
+            f"  - per problem, LEKA's speedup over tvm-default against MetaSchedule's (even: within {EVEN:.0%}): "
+            f"ahead on {len(count['ahead'])}, even on {len(count['even'])}, behind on {len(count['behind'])}"
+            + (f" ({', '.join(count['behind'])})" if count["behind"] else "")
+        )
+    return out
+
+
+EVEN = 0.02  # two speedups within 2% of each other count as even (a judgment's own noise is about that)
+
+
+def head_to_head(table: list[dict]) -> dict[str, list[str]]:
+    """Problems where LEKA's final candidate is ahead of, even with, or behind MetaSchedule's (speedup over
+    tvm-default; a method without a correct candidate counts at 1.0, tvm-default left as it was)."""
+    by = {(r["problem"], r["method"]): r["vs_tvm_default"] or 1.0 for r in table}
+    out = {"ahead": [], "even": [], "behind": []}
+    for p in sorted({r["problem"] for r in table}):
+        if (p, "leka") not in by or (p, "metaschedule") not in by:
+            continue
+        q = by[(p, "leka")] / by[(p, "metaschedule")]
+        out["ahead" if q > 1 + EVEN else "behind" if q < 1 / (1 + EVEN) else "even"].append(p)
     return out
 
 
