@@ -177,3 +177,60 @@ def test_int8_activations_from_a_quantize_are_quantized_to_uint8_directly():
     assert not any(
         'T.Cast("int8"' in f.script() for n, f in ref_nchw.primfuncs().items() if n.startswith("fused_conv2d")
     )
+
+
+def test_folding_the_zero_point_arithmetic_computes_what_fold_constant_computes():
+    """fold_constants (the pass's own folding of its zero-point and scale arithmetic, in NumPy) gives the
+    values Relax's LegalizeOps + FoldConstant compute for the same expression: integer wrap-around in the
+    operands' dtype, a truncating cast between integers, a rounding cast into float32, broadcast_to."""
+    import numpy as np
+    from tvm import relax
+    from tvm.ir.expr import Constant
+    from tvm.relax import op as R
+
+    from edgekernelbench.ir.int8_dot import fold_constants
+
+    i8 = relax.const(np.array([127, -128, 5], "int8"))
+    i32 = relax.const(np.array([2_000_000_000, -7, 300], "int32"))
+    f32 = relax.const(np.array([0.1, 3.0e38, -2.5], "float32"))
+    exprs = [
+        R.add(i8, relax.const(np.array([1, -1, 7], "int8"))),  # wraps to -128, 127
+        R.multiply(R.subtract(i32, relax.const(np.int32(3))), relax.const(np.int32(5))),  # int32 overflow
+        R.astype(i32, "int8"),  # truncation: 2e9 -> 0, 300 -> 44
+        R.astype(i32, "float32"),  # 2e9 rounds to the nearest float
+        R.multiply(f32, relax.const(np.float32(10.0))),  # one IEEE product each (3e39 -> inf)
+        R.broadcast_to(R.add(i8, i8), (2, 3)),
+    ]
+    for expr in exprs:
+        folded = fold_constants({}, expr)
+        assert isinstance(folded, Constant), expr
+        bb = relax.BlockBuilder()
+        with bb.function("main", []):
+            bb.emit_func_output(bb.emit(expr))
+        mod = relax.transform.FoldConstant()(relax.transform.LegalizeOps()(bb.get()))
+        want = mod["main"].body.body.value.numpy()
+        got = folded.value.numpy()
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+    x = relax.Var("x", relax.TensorType((3,), "int8"))  # not a constant: left as it is
+    assert not isinstance(fold_constants({}, R.add(x, i8)), Constant)
+
+
+@pytest.mark.parametrize("pid", [SHIFTED, QDQ_KWS])
+def test_folding_keeps_the_kernels_the_workloads_they_were(pid, monkeypatch):
+    """The pass folds its constants itself (a build without FoldConstant's kernels for them); the graph's
+    kernels are the same, by name and workload key, as with the folding left to FoldConstant, so stored
+    decisions keyed by workload still apply."""
+    from edgekernelbench.ir import int8_dot
+    from edgekernelbench.search.kernels import kernels
+
+    def uncached():
+        kernels.cache_clear()
+        graph_reference.cache_clear()
+        return [(k.name, k.workload) for k in kernels(pid, graph_key(INT8_DOT))]
+
+    folded = uncached()
+    monkeypatch.setattr(int8_dot, "fold_constants", lambda var2val, expr, consts=None: expr)
+    assert uncached() == folded
+    kernels.cache_clear()
+    graph_reference.cache_clear()

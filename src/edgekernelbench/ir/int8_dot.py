@@ -176,6 +176,52 @@ def _op(expr) -> str:
     return getattr(getattr(expr, "op", None), "name", "")
 
 
+_ARITH = {"relax.add": "add", "relax.subtract": "subtract", "relax.multiply": "multiply"}
+
+
+def fold_constants(var2val, expr, consts: dict | None = None):
+    """`expr` (unnormalized, as `relax.op` builds it) with each subexpression whose operands are all
+    constants (Relax constants, or variables bound to one: `var2val`, `consts`) computed now, in NumPy: the
+    zero points' and scales' arithmetic this pass writes (a shift by 128, za' zb' K, sx sw). Relax's
+    FoldConstant would compile and run a kernel for each after legalization (dscnn_kws_int8: 1.1 s in every
+    build of a candidate with this pass, most of the builder's time). The values are the ones those kernels
+    compute: integer add / subtract / multiply wrap in the operands' dtype as TVM's do, float32 ones are
+    one IEEE operation each, a cast from an integer converts as LLVM's does (truncation between integers,
+    round to nearest into a float), and broadcast_to copies; anything else is left to FoldConstant."""
+    import numpy as np
+    from tvm import relax
+    from tvm.ir.expr import Constant
+
+    def value(e):
+        if isinstance(e, relax.Var):
+            e = consts[e] if consts and e in consts else _value(var2val, e)
+        return e.value.numpy() if isinstance(e, Constant) else None
+
+    def fold(e):
+        op = _op(e)
+        if op not in _ARITH and op not in ("relax.astype", "relax.broadcast_to"):
+            return e
+        args = [fold(a) if isinstance(a, relax.Call) else a for a in e.args]
+        vals = [value(a) for a in args[: 1 if op == "relax.broadcast_to" else len(args)]]
+        if any(v is None for v in vals):
+            same = all(a is b for a, b in zip(args, e.args, strict=True))
+            return e if same else relax.Call(e.op, args, e.attrs, e.ty_args)
+        with np.errstate(over="ignore"):
+            if op in _ARITH:
+                if vals[0].dtype != vals[1].dtype or vals[0].dtype.kind not in "iuf":
+                    return e
+                out = getattr(np, _ARITH[op])(vals[0], vals[1]).astype(vals[0].dtype)
+            elif op == "relax.astype":
+                if vals[0].dtype.kind not in "iu":
+                    return e
+                out = vals[0].astype(str(e.attrs.dtype))
+            else:
+                out = np.broadcast_to(vals[0], [int(d) for d in args[1].values]).copy()
+        return relax.const(np.array(out, copy=True))
+
+    return fold(expr)
+
+
 def _match_zp_cast(var2val, expr):
     """(x, zp) when `expr` is astype(x, int32) - astype(zp, int32) with x 8-bit and zp a scalar."""
     sub = _value(var2val, expr)
@@ -247,15 +293,27 @@ def _rewriter(mod):
 
     i32 = lambda v: R.astype(v, "int32")  # noqa: E731
     c = lambda v: relax.const(v, "int32")  # noqa: E731
+    from tvm.ir.expr import Constant
 
     @relax.expr_functor.mutator
     class Rewriter(relax.PyExprMutator):
         weights: set = set()
         values: dict = {}  # weight parameter -> its tensor (main's "params"), where the module carries them
         var2val: dict = {}
+        consts: dict = {}  # the variables `emit` bound to a constant (one dict per rewriter)
 
         def weight_only(self, expr) -> bool:
             return weight_only(self.var2val, self.weights, expr)
+
+        def emit(self, expr):
+            """`expr` bound in the function, its constant parts computed now (`fold_constants`). A constant
+            is bound to a variable too: legalization then passes it to the kernel that reads it as a
+            parameter, as it passed FoldConstant's result, so the kernels stay the workloads they were."""
+            folded = fold_constants(self.var2val, expr, self.consts)
+            var = self.builder_.emit(folded)
+            if isinstance(folded, Constant):
+                self.consts[var] = folded
+            return var
 
         def known(self, expr):
             return known_value(self.values, expr)
@@ -293,15 +351,15 @@ def _rewriter(mod):
             if x is None or w is None or not self.weight_only(w[0]) or len(w[0].ty.shape) != 2:
                 return None
             (x, sx, zx), (q, sw, zw) = x, w
-            b = self.builder_.emit(R.permute_dims(q, [1, 0])) if axis == 0 else q  # [K, N]
+            b = self.emit(R.permute_dims(q, [1, 0])) if axis == 0 else q  # [K, N]
             return self._rescaled(self._dot(x, zx, b, zw), sx, sw)
 
         def _rescaled(self, d, sx, sw):
             """The float output of a dequantized GEMM from its exact int32 sums: d * (sx * sw)."""
             if d is None:
                 return None
-            scale = self.builder_.emit(R.multiply(sx, sw))  # per output channel (or one)
-            return self.builder_.emit(R.multiply(R.astype(d, "float32"), scale))
+            scale = self.emit(R.multiply(sx, sw))  # per output channel (or one)
+            return self.emit(R.multiply(R.astype(d, "float32"), scale))
 
         def _conv(self, call):
             x_arg, w_arg = call.args
@@ -317,12 +375,11 @@ def _rewriter(mod):
                 return None
             (x, sx, zx), (q, sw, zw) = x, w
             cin, cout = int(x.ty.shape[1]), int(q.ty.shape[0])
-            bb = self.builder_
             if str(x.ty.dtype) == "int8":  # shifted before the transpose, where a quantize may be seen
-                x, zx = bb.emit(self._as_uint8(x)), R.add(i32(zx), c(128))
+                x, zx = self.emit(self._as_uint8(x)), R.add(i32(zx), c(128))
             # [N, H, W, Cin]: each pixel's channels contiguous (channels last: cancels with the graph's own)
-            pixels = bb.emit(R.permute_dims(x, [0, 2, 3, 1]))
-            b = bb.emit(R.permute_dims(R.reshape(q, (cout, cin)), [1, 0]))  # [Cin, Cout]
+            pixels = self.emit(R.permute_dims(x, [0, 2, 3, 1]))
+            b = self.emit(R.permute_dims(R.reshape(q, (cout, cin)), [1, 0]))  # [Cin, Cout]
             y = self._rescaled(self._dot(pixels, zx, b, zw), sx, sw)  # [N, H, W, Cout]
             if y is None:
                 return None
@@ -351,30 +408,31 @@ def _rewriter(mod):
             k_, n_ = (int(x) for x in b.ty.shape)
             if shape[-1] != k_ or k_ % GROUP or n_ % LANES:
                 return None
-            bb = self.builder_
             za2 = i32(za)
             if str(a.ty.dtype) == "int8":
-                a = bb.emit(self._as_uint8(a))
+                a = self.emit(self._as_uint8(a))
                 za2 = R.add(za2, c(128))
-            za2 = bb.emit(za2)
+            za2 = self.emit(za2)
             zb2, shift = i32(zb), 0
             if str(b.ty.dtype) == "uint8":
-                b = bb.emit(R.astype(R.subtract(i32(b), c(128)), "int8"))
+                b = self.emit(R.astype(R.subtract(i32(b), c(128)), "int8"))
                 zb2, shift = R.subtract(zb2, c(128)), 128
             zb_value = self.known(zb)
             # the weights' zero points all 0 after the shift: no correction by the row sums of a
             zero_point = zb_value is None or bool((zb_value.astype("int64") - shift).any())
-            zb2 = bb.emit(R.broadcast_to(zb2, (n_,)))
-            packed = bb.emit(
+            zb2 = self.emit(R.broadcast_to(zb2, (n_,)))
+            packed = self.emit(
                 R.permute_dims(R.reshape(b, (k_ // GROUP, GROUP, n_ // LANES, LANES)), [2, 0, 3, 1])
             )
-            colsum = bb.emit(R.sum(i32(b), axis=[0]))
-            bias = bb.emit(R.subtract(R.multiply(R.multiply(za2, zb2), c(k_)), R.multiply(za2, colsum)))
-            gv = bb.add_func(dot_func(tuple(shape[:-1]), k_, n_, zero_point), DOT_BLOCK)
+            colsum = self.emit(R.sum(i32(b), axis=[0]))
+            bias = self.emit(R.subtract(R.multiply(R.multiply(za2, zb2), c(k_)), R.multiply(za2, colsum)))
+            gv = self.builder_.add_func(dot_func(tuple(shape[:-1]), k_, n_, zero_point), DOT_BLOCK)
             out_ty = relax.TensorType((*shape[:-1], n_), "int32")
-            return bb.emit(relax.call_tir(gv, [a, packed, bias] + ([zb2] if zero_point else []), out_ty))
+            return self.emit(relax.call_tir(gv, [a, packed, bias] + ([zb2] if zero_point else []), out_ty))
 
-    return Rewriter(mod)
+    rw = Rewriter(mod)
+    rw.consts = {}
+    return rw
 
 
 # per-tensor elementwise ops a layout transpose commutes with (their other operands scalars)
