@@ -342,3 +342,71 @@ def test_equal_estimates_rank_the_larger_register_tile_first(monkeypatch):
     space = KernelSpace("L3/none", "pw", AVX512)
     (c0, top), (c1, _) = space.ranked[0], space.ranked[1]
     assert (top.acc_vectors, top.max_vectors) == (24, 4) and c0 <= c1
+
+
+def depthwise_nhwc(h: int, w: int, c: int, k: int = 3):
+    """A padded k x k depthwise convolution, channels last, as TOPI's group conv writes it (a padding block
+    and a reduction over the window rows, the window columns and one input channel)."""
+    from tvm import te
+
+    x = te.placeholder((1, h, w, c), name="x")
+    wt = te.placeholder((k, k, 1, c), name="w")
+    p = k // 2
+    pad = te.compute(
+        (1, h + 2 * p, w + 2 * p, c),
+        lambda n, i, j, f: te.if_then_else(
+            te.all(i >= p, i < h + p, j >= p, j < w + p), x[n, i - p, j - p, f], 0.0
+        ),
+        name="pad_temp",
+    )
+    ry, rx, rc = te.reduce_axis((0, k), "ry"), te.reduce_axis((0, k), "rx"), te.reduce_axis((0, 1), "rc")
+    y = te.compute(
+        (1, h, w, c),
+        lambda n, i, j, f: te.sum(pad[n, i + ry, j + rx, f + rc] * wt[ry, rx, rc, f], axis=[ry, rx, rc]),
+        name="group_conv2d_nhwc",
+    )
+    return te.create_prim_func([x, wt, y])
+
+
+def test_a_depthwise_tile_slides_along_its_window_where_that_loads_less():
+    """A depthwise convolution's register tile along W, the axis its unrolled window column slides along,
+    where that loads fewer vectors per FMA than a tile along H (5 columns: 7 inputs and 3 weights per 15
+    FMAs, against 5 x 3 inputs) and its inputs fit in the registers beside the accumulators; else along H
+    as before: a tile of 1 column, 8 lanes (16 registers), 24 accumulators of one vector each, a standard
+    convolution (its channels' loop inside the window). The sliding tile stays exact (against NumPy)."""
+    import numpy as np
+    import tvm
+    from tvm import te
+
+    from edgekernelbench.ir.replay import LayerRecorder
+    from edgekernelbench.search.rules import analyze, contraction_plan, schedule_contraction
+
+    facts = analyze(depthwise_nhwc(25, 5, 64), "dw")
+    p = contraction_plan(facts, 16, 2, 12)
+    assert p.gu.members == [2] and (p.ut, p.vt) == (5, 32)  # 5 columns x 2 vectors
+    assert contraction_plan(facts, 16).gu.members == [1]  # the default tile: 1 column would load more
+    assert contraction_plan(facts, 8, 2, 12).gu.members == [1]  # 2 x (5 + 7) vectors > 16 registers
+    wide = analyze(depthwise_nhwc(48, 48, 16), "dw")
+    assert contraction_plan(wide, 16, 1, 24).gu.members == [1]  # 24 + 26 vectors > 32 registers
+    assert contraction_plan(wide, 16, 1, 12).gu.members == [2]
+    x = te.placeholder((1, 10, 10, 16), name="x")
+    wt = te.placeholder((3, 3, 16, 64), name="w")
+    rc, ry, rx = te.reduce_axis((0, 16), "rc"), te.reduce_axis((0, 3), "ry"), te.reduce_axis((0, 3), "rx")
+    y = te.compute(
+        (1, 8, 8, 64),
+        lambda n, i, j, f: te.sum(x[n, i + ry, j + rx, rc] * wt[ry, rx, rc, f], axis=[ry, rx, rc]),
+        name="conv2d_nhwc",
+    )
+    assert contraction_plan(analyze(te.create_prim_func([x, wt, y]), "c3"), 16, 2, 12).gu.members == [1]
+
+    rec = LayerRecorder(depthwise_nhwc(25, 5, 64))
+    info = schedule_contraction(rec, facts, 16, max_vectors=2, acc_vectors=12)
+    assert info["unroll_axis"] == [2] and info["unroll_tile"] == 5
+    lib = tvm.compile(tvm.IRModule({"main": rec.sch.mod["main"].with_attr("global_symbol", "main")}))
+    rng = np.random.default_rng(0)
+    xv, wv = rng.standard_normal((1, 25, 5, 64), "float32"), rng.standard_normal((3, 3, 1, 64), "float32")
+    out = tvm.runtime.tensor(np.zeros((1, 25, 5, 64), "float32"))
+    lib["main"](tvm.runtime.tensor(xv), tvm.runtime.tensor(wv), out)
+    xp = np.pad(xv.astype("float64"), ((0, 0), (1, 1), (1, 1), (0, 0)))
+    want = sum(xp[:, i : i + 25, j : j + 5, :] * wv[i, j, 0] for i in range(3) for j in range(3))
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-5)

@@ -306,17 +306,23 @@ def choose_vector_group(groups: list[AxisGroup]) -> tuple[AxisGroup | None, int]
     return best, best_score
 
 
-def choose_unroll_group(groups: list[AxisGroup], v: AxisGroup | None) -> AxisGroup | None:
+def choose_unroll_group(
+    groups: list[AxisGroup], v: AxisGroup | None, window: list[set[int]] | None = None
+) -> AxisGroup | None:
     """A second axis for the register tile: one along which the reads that move with the vector
-    axis stay put, so a loaded vector is reused (output channels of a conv, rows of a GEMM)."""
-    best, best_score = None, 0
+    axis stay put, so a loaded vector is reused (output channels of a conv, rows of a GEMM); between two
+    that reuse as much, the longer. With `window` (per read, the strides of the window's unrolled
+    reduction axes: rules.contraction.window_axes), one along which a read slides with the window comes
+    before the longer (a depthwise convolution's W: rules.contraction._sliding_tile)."""
+    best, best_key = None, (0, False, 0)
     for g in groups:
         if g is v or g.extent < 2:
             continue
         reuse = sum(1 for s in g.reads if s == 0)
         moving = v.reads if v is not None else g.reads
         reuse_v = sum(1 for s, sv in zip(g.reads, moving, strict=True) if sv != 0 and s == 0)
-        score = 2 * reuse_v + reuse
-        if score > best_score or (score == best_score and best is not None and g.extent > best.extent):
-            best, best_score = g, score
+        slides = bool(window) and any(s and s in w for s, w in zip(g.reads, window, strict=True))
+        key = (2 * reuse_v + reuse, slides, g.extent)
+        if key[0] > 0 and key > best_key:
+            best, best_key = g, key
     return best
