@@ -314,18 +314,23 @@ def test_the_rows_of_a_small_image_are_one_unrolled_axis():
     assert contraction_plan(facts, 16).nvec == 2  # the default tile with an unrolled axis: 2 vectors
     assert contraction_plan(facts, 16, 4, 8).ut == 2  # 8 accumulators: 2 rows of the merged axis
     # a 3x3 convolution's H and W do not merge (the input moves with both, by different strides)
+    p3 = contraction_plan(analyze(conv3x3_nhwc(3, 2, 64, 128), "c3"), 16, 4, 24)
+    assert p3.gu.extent < 6
+
+
+def conv3x3_nhwc(h: int, w: int, c: int, o: int):
+    """A 3 x 3 convolution, channels last, unpadded (output h x w)."""
     from tvm import te
 
-    x = te.placeholder((1, 5, 4, 64), name="x")
-    wt = te.placeholder((3, 3, 64, 128), name="w")
-    rc, ry, rx = te.reduce_axis((0, 64), "rc"), te.reduce_axis((0, 3), "ry"), te.reduce_axis((0, 3), "rx")
+    x = te.placeholder((1, h + 2, w + 2, c), name="x")
+    wt = te.placeholder((3, 3, c, o), name="w")
+    rc, ry, rx = te.reduce_axis((0, c), "rc"), te.reduce_axis((0, 3), "ry"), te.reduce_axis((0, 3), "rx")
     y = te.compute(
-        (1, 3, 2, 128),
+        (1, h, w, o),
         lambda n, i, j, f: te.sum(x[n, i + ry, j + rx, rc] * wt[ry, rx, rc, f], axis=[ry, rx, rc]),
         name="conv2d_nhwc",
     )
-    p3 = contraction_plan(analyze(te.create_prim_func([x, wt, y]), "c3"), 16, 4, 24)
-    assert p3.gu.extent < 6
+    return te.create_prim_func([x, wt, y])
 
 
 def test_equal_estimates_rank_the_larger_register_tile_first(monkeypatch):
@@ -376,7 +381,6 @@ def test_a_depthwise_tile_slides_along_its_window_where_that_loads_less():
     convolution (its channels' loop inside the window). The sliding tile stays exact (against NumPy)."""
     import numpy as np
     import tvm
-    from tvm import te
 
     from edgekernelbench.ir.replay import LayerRecorder
     from edgekernelbench.search.rules import analyze, contraction_plan, schedule_contraction
@@ -389,15 +393,7 @@ def test_a_depthwise_tile_slides_along_its_window_where_that_loads_less():
     wide = analyze(depthwise_nhwc(48, 48, 16), "dw")
     assert contraction_plan(wide, 16, 1, 24).gu.members == [1]  # 24 + 26 vectors > 32 registers
     assert contraction_plan(wide, 16, 1, 12).gu.members == [2]
-    x = te.placeholder((1, 10, 10, 16), name="x")
-    wt = te.placeholder((3, 3, 16, 64), name="w")
-    rc, ry, rx = te.reduce_axis((0, 16), "rc"), te.reduce_axis((0, 3), "ry"), te.reduce_axis((0, 3), "rx")
-    y = te.compute(
-        (1, 8, 8, 64),
-        lambda n, i, j, f: te.sum(x[n, i + ry, j + rx, rc] * wt[ry, rx, rc, f], axis=[ry, rx, rc]),
-        name="conv2d_nhwc",
-    )
-    assert contraction_plan(analyze(te.create_prim_func([x, wt, y]), "c3"), 16, 2, 12).gu.members == [1]
+    assert contraction_plan(analyze(conv3x3_nhwc(8, 8, 16, 64), "c3"), 16, 2, 12).gu.members == [1]
 
     rec = LayerRecorder(depthwise_nhwc(25, 5, 64))
     info = schedule_contraction(rec, facts, 16, max_vectors=2, acc_vectors=12)
