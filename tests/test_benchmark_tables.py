@@ -73,3 +73,18 @@ def test_head_to_head_counts_even_within_two_percent():
         {"problem": "d", "method": "metaschedule", "vs_tvm_default": 1.01},
     ]
     assert leka_vs_metaschedule.head_to_head(table) == {"ahead": ["a"], "even": ["b", "d"], "behind": ["c"]}
+
+
+def test_sliding_tile_compares_both_tiles_on_the_same_output(capsys):
+    """benchmarks/sliding_tile.py records a depthwise kernel's first point with and without the sliding tile
+    and finds both outputs the same, and prints the ratio; a bad argument is one
+    line and status 2."""
+    import sliding_tile
+
+    assert sliding_tile.main(["L1/dwconv3x3_kws:fused_conv2d_add_relu", "--top", "1", "--rounds", "1"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("same output") == 2 and "OUTPUT DIFFERS" not in out and "new/old: first point" in out
+    assert sliding_tile.main(["L1/no_such_problem:k"]) == 2
+    assert sliding_tile.main(["no-colon"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and all(e.startswith("sliding_tile: error:") for e in err)
