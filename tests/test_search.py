@@ -406,3 +406,33 @@ def test_a_depthwise_tile_slides_along_its_window_where_that_loads_less():
     xp = np.pad(xv.astype("float64"), ((0, 0), (1, 1), (1, 1), (0, 0)))
     want = sum(xp[:, i : i + 25, j : j + 5, :] * wv[i, j, 0] for i in range(3) for j in range(3))
     np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_short_axis_is_tiled_whole_where_the_other_would_be_cut(monkeypatch):
+    """KWS's stem (10 x 4 window, stride 2, one input channel, 25 x 5 x 64 outputs, padding inlined): the
+    register tile takes all 5 columns rather than 5 of the 25 rows (the same reuse, the same 20
+    accumulators), so each unrolled column's bounds check is a constant; the judge finds the cost model's
+    first point of that kernel correct."""
+    from edgekernelbench.agents.leka import Whole, build_spec
+    from edgekernelbench.harness.api import evaluate
+    from edgekernelbench.harness.timing import TimingConfig
+    from edgekernelbench.problems import get_problem
+    from edgekernelbench.search.graph import NHWC, graph_key, graph_reference
+    from edgekernelbench.search.kernels import kernels
+    from edgekernelbench.search.rules import analyze, contraction, contraction_plan
+    from edgekernelbench.search.variants import KernelSpace
+
+    pid, key = "L1/conv2d_kws_stem", graph_key(NHWC)
+    name = next(n for n in graph_reference(pid, key).primfuncs() if n.startswith("fused_conv2d"))
+    facts = analyze(graph_reference(pid, key).primfuncs()[name], name)
+    p = contraction_plan(facts, 16, 4, 24)
+    assert p.gu.members == [2] and p.ut == p.gu.extent == 5 and p.vt == 64
+    with monkeypatch.context() as m:
+        m.setattr(contraction, "_whole_tile", lambda b, groups, gv, gu, ut, nvec, acc: (gu, ut))
+        assert contraction_plan(facts, 16, 4, 24).gu.members == [1]  # 5 of the 25 rows before
+    space = KernelSpace(pid, name, AVX512, 1, key)
+    top = next(v for _, cfg in space.ranked if (v := space._record(cfg)) is not None)
+    workloads = {k.name: k.workload for k in kernels(pid, key)}
+    spec = build_spec(get_problem(pid), {name: dict(top.layers)}, "test", None, workloads, Whole(list(NHWC)))
+    res = evaluate(pid, spec, "host-cpu", trials=2, timing=TimingConfig.quick(), baselines=())
+    assert res.correct, res.detail

@@ -306,6 +306,14 @@ def choose_vector_group(groups: list[AxisGroup]) -> tuple[AxisGroup | None, int]
     return best, best_score
 
 
+def reuse_score(g: AxisGroup, v: AxisGroup | None) -> int:
+    """How much a register tile along `g` reuses loaded vectors: reads that stay put along it, twice
+    those of them that move with the vector axis `v`."""
+    reuse = sum(1 for s in g.reads if s == 0)
+    moving = v.reads if v is not None else g.reads
+    return 2 * sum(1 for s, sv in zip(g.reads, moving, strict=True) if sv != 0 and s == 0) + reuse
+
+
 def choose_unroll_group(
     groups: list[AxisGroup], v: AxisGroup | None, window: list[set[int]] | None = None
 ) -> AxisGroup | None:
@@ -318,11 +326,8 @@ def choose_unroll_group(
     for g in groups:
         if g is v or g.extent < 2:
             continue
-        reuse = sum(1 for s in g.reads if s == 0)
-        moving = v.reads if v is not None else g.reads
-        reuse_v = sum(1 for s, sv in zip(g.reads, moving, strict=True) if sv != 0 and s == 0)
         slides = bool(window) and any(s and s in w for s, w in zip(g.reads, window, strict=True))
-        key = (2 * reuse_v + reuse, slides, g.extent)
+        key = (reuse_score(g, v), slides, g.extent)
         if key[0] > 0 and key > best_key:
             best, best_key = g, key
     return best
