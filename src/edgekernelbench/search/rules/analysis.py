@@ -314,6 +314,12 @@ def reuse_score(g: AxisGroup, v: AxisGroup | None) -> int:
     return 2 * sum(1 for s, sv in zip(g.reads, moving, strict=True) if sv != 0 and s == 0) + reuse
 
 
+def slides(g: AxisGroup, window: list[set[int]] | None) -> bool:
+    """Whether a read moves along `g` by the stride it moves by along one of the window's unrolled
+    reduction axes (`window`: per read, those strides), so neighbouring outputs along `g` share inputs."""
+    return bool(window) and any(s and s in w for s, w in zip(g.reads, window, strict=True))
+
+
 def choose_unroll_group(
     groups: list[AxisGroup], v: AxisGroup | None, window: list[set[int]] | None = None
 ) -> AxisGroup | None:
@@ -326,8 +332,7 @@ def choose_unroll_group(
     for g in groups:
         if g is v or g.extent < 2:
             continue
-        slides = bool(window) and any(s and s in w for s, w in zip(g.reads, window, strict=True))
-        key = (reuse_score(g, v), slides, g.extent)
+        key = (reuse_score(g, v), slides(g, window), g.extent)
         if key[0] > 0 and key > best_key:
             best, best_key = g, key
     return best

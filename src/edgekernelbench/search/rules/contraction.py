@@ -18,6 +18,7 @@ from .analysis import (
     choose_unroll_group,
     choose_vector_group,
     reuse_score,
+    slides,
     vec_tile,
 )
 from .primitives import (
@@ -135,8 +136,7 @@ def _sliding_tile(b: BlockFacts, groups, gv, gu, ut: int, nvec: int, acc_vectors
     axes = window_axes(b)
     if gu is None or not axes:
         return gu, ut
-    window = [{a.strides[i] for i in axes} for a in b.reads]
-    gs = choose_unroll_group(groups, gv, window)
+    gs = choose_unroll_group(groups, gv, window_strides(b))
     if gs is gu:
         return gu, ut
     us, kw = _unroll_tile(gs, nvec, acc_vectors), max(b.extents[i] for i in axes)
@@ -156,11 +156,11 @@ def _whole_tile(b: BlockFacts, groups, gv, gu, ut: int, nvec: int, acc_vectors: 
     inputs stay live across the taps)."""
     if gu is None or ut >= gu.extent:
         return gu, ut
-    window = [{a.strides[i] for i in window_axes(b)} for a in b.reads]
+    window = window_strides(b)
     for g in groups:
         if g is gu or g is gv or g.extent < 2 or reuse_score(g, gv) != reuse_score(gu, gv):
             continue
-        if any(s and s in w for s, w in zip(g.reads, window, strict=True)):
+        if slides(g, window):
             continue
         if _unroll_tile(g, nvec, acc_vectors) == g.extent >= ut:
             return g, g.extent
@@ -186,6 +186,12 @@ def window_axes(b: BlockFacts) -> list[int]:
     standard convolution's kernel column has its input channels' loop inside: nothing is shared there."""
     unrolled = unrolled_reductions(b)
     return [i for i in unrolled if all(j in unrolled or b.extents[j] == 1 for j in b.reduce if j > i)]
+
+
+def window_strides(b: BlockFacts) -> list[set[int]]:
+    """Per read of the main block, its strides along the window axes (`window_axes`)."""
+    axes = window_axes(b)
+    return [{a.strides[i] for i in axes} for a in b.reads]
 
 
 def unroll_merges(b: BlockFacts, groups: list[AxisGroup], gv: AxisGroup) -> list[AxisGroup]:
@@ -345,8 +351,9 @@ def schedule_contraction(
         if parallel and fused is not None and tiles > 1 and b.work() >= PARALLEL_MIN_WORK:
             sch.parallel(fused)
             info["parallel"] = True
+        unrolled = unrolled_reductions(b)
         for i, lp in zip(b.reduce, red, strict=True):
-            if i in unrolled_reductions(b):
+            if i in unrolled:
                 sch.unroll(lp)
         for lp in inner_u:
             sch.unroll(lp)
