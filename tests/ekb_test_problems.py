@@ -207,3 +207,29 @@ _fixture(
     "test fixture: dq(q(relu(x), 1/16, u8 zp 3)) + dq(q(x, 0.05, s8 zp -5)) on 4x32",
     _qdq_pair,
 )
+
+
+def _qdq_dwconv(g):
+    """A QDQ depthwise convolution with power-of-two scales (as the L3 int8 models have): int8 input (1/32),
+    int8 weights (1/64), int32 bias, ReLU, uint8 output (1/16, zero point 0), dequantized again: QuantizeRint
+    folds the output scale into the weights, BiasInit starts the sums at the bias (the same bytes)."""
+    x = g.input("x", (1, 16, 6, 5))
+    xs, xz = g.const(1 / 32), g.const(0, "int8")
+    xq = g.node("DequantizeLinear", [g.node("QuantizeLinear", [x, xs, xz]), xs, xz])
+    ws = g.const(1 / 64)
+    w = g.node("DequantizeLinear", [g.int_tensor((16, 1, 3, 3), -127, 127, "int8"), ws, g.const(0, "int8")])
+    b = g.node("DequantizeLinear", [g.int_tensor((16,), -2000, 2000, "int32"), g.const(1 / 2048, "float32")])
+    y = g.node("Conv", [xq, w, b], kernel_shape=[3, 3], pads=[1, 1, 1, 1], group=16)
+    ys, yz = g.const(1 / 16), g.const(0, "uint8")
+    g.output(g.node("DequantizeLinear", [g.node("QuantizeLinear", [g.node("Relu", [y]), ys, yz]), ys, yz]))
+
+
+_fixture(
+    "L1/tiny_qdq_dwconv",
+    "kws",
+    "quantized",
+    "test fixture: QDQ depthwise 3x3 16ch on 6x5, power-of-two scales, ReLU, uint8 output (zero point 0)",
+    _qdq_dwconv,
+    atol=1e-5,
+    rtol=1e-5,
+)

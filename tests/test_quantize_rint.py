@@ -200,3 +200,119 @@ def test_the_quantize_rint_graph_is_judged_exact():
     spec = KernelSpec(problem=TINY_QDQ, decisions=Decisions(graph={"passes": QUANTIZE_RINT}), method="test")
     res = evaluate(TINY_QDQ, spec, trials=2, timing=TimingConfig.quick(), baselines=("tvm-default",))
     assert res.correct, res.detail
+
+
+def _conv_quantize_module(scale, weights_as_params: bool, residual: bool = False):
+    """quantize(relu(conv2d(x, W) + b), scale) to uint8 (zero point 0), NHWC depthwise 3x3 on 16 channels; W
+    and b constants, or weights of main (parameters after num_input); with `residual` the add's other operand
+    is x itself (no bias to fold)."""
+    import tvm
+    from tvm import relax
+    from tvm.relax import op as R
+
+    rng = np.random.default_rng(3)
+    wv = rng.normal(size=(3, 3, 1, 16)).astype("float32")
+    bv = rng.normal(size=(1, 1, 1, 16)).astype("float32")
+    x = relax.Var("x", relax.TensorType((1, 6, 5, 16), "float32"))
+    params = [x]
+    if weights_as_params:
+        w = relax.Var("w", relax.TensorType(wv.shape, "float32"))
+        b = relax.Var("b", relax.TensorType(bv.shape, "float32"))
+        params += [w, b]
+    else:
+        w, b = relax.const(wv), relax.const(bv)
+    bb = relax.BlockBuilder()
+    with bb.function("main", params):
+        with bb.dataflow():
+            c = bb.emit(
+                R.nn.conv2d(x, w, padding=[1, 1, 1, 1], groups=16, data_layout="NHWC", kernel_layout="HWIO")
+            )
+            y = bb.emit(R.nn.relu(R.add(c, x if residual else b)))
+            s, z = relax.const(np.float32(scale)), relax.const(np.uint8(0))
+            out = bb.emit_output(R.quantize(y, s, z, axis=-1, out_dtype="uint8"))
+        bb.emit_func_output(out)
+    func = bb.get()["main"].with_attr("num_input", 1)
+    return tvm.IRModule({"main": func}), [wv, bv] if weights_as_params else []
+
+
+@pytest.mark.parametrize(
+    ("scale", "weights_as_params", "residual", "folds"),
+    [
+        (1 / 16, False, False, True),
+        (1 / 16, True, False, True),
+        (4.0, False, False, True),
+        (0.05, False, False, False),  # 1 / 0.05 is not exact
+        (1 / 16, False, True, False),  # the add's other operand is an activation
+    ],
+)
+def test_a_power_of_two_scale_folds_into_the_convolution(scale, weights_as_params, residual, folds):
+    """With a power-of-two scale, weights and bias (constants or weights of main) the quantize's division
+    moves into them: the quantize divides by nothing, and the bytes are TVM's own lowering's exactly (a
+    power of two commutes with every rounding of the sums). Otherwise the division stays."""
+    import tvm
+    from tvm import relax
+
+    from edgekernelbench.ir.quantize_rint import quantize_rint_pass
+    from edgekernelbench.search.rules import build_target
+
+    mod, weights = _conv_quantize_module(scale, weights_as_params, residual)
+    rewritten = quantize_rint_pass()(mod)
+    if weights_as_params:  # the scaled weights depend on weights only: computed once at load
+        rewritten = relax.transform.LiftTransformParams()(rewritten)
+    lowered = relax.transform.LegalizeOps()(rewritten)
+    line = next(
+        ln
+        for f in lowered.functions.values()
+        if not isinstance(f, relax.Function)
+        for ln in f.script().splitlines()
+        if "llvm.lrint" in ln
+    )
+    assert (" / " not in line) == folds, line
+    assert "T.uint32(255)" in line  # after the ReLU with zero point 0: the saturating conversion
+
+    xs = np.random.default_rng(4).normal(0, 4 * scale, (1, 6, 5, 16)).astype("float32")
+
+    def run(m):
+        ex = tvm.compile(relax.transform.LegalizeOps()(m), build_target(1))
+        vm = relax.VirtualMachine(ex, tvm.cpu(0))
+        args = [tvm.runtime.tensor(a) for a in [xs, *weights]]
+        if "main_transform_params" in [gv.name_hint for gv in m.functions]:
+            lifted = vm["main_transform_params"](args[1:])
+            return vm["main"](args[0], *lifted).numpy()
+        return vm["main"](*args).numpy()
+
+    want, got = run(mod), run(rewritten)
+    assert np.array_equal(got, want), np.argwhere(got != want)[:5]
+    assert np.count_nonzero(want) > 0 and np.count_nonzero(want == 255) < want.size  # not all clamped
+
+
+@pytest.mark.parametrize(("out_dtype", "zp"), [("uint8", 0), ("int8", -128)])
+def test_after_a_relu_the_upper_clamp_is_the_saturating_narrowing(out_dtype, zp):
+    """uint8 with zero point 0 or int8 with -128 after a ReLU: no float clamp; the conversion's int32 narrows
+    with unsigned saturation (vpmovusdb with AVX-512, packs with AVX2); the bytes are ONNX's, including
+    +inf and 3e38 (x86's conversion returns 0x80000000, which saturates to the top)."""
+    import tvm
+    from tvm import te
+
+    from edgekernelbench.ir.quantize_rint import quantize_rint_te
+
+    x = te.placeholder((64,), "float32", name="x")
+    q = quantize_rint_te(
+        x, tvm.tirx.const(1.0, "float32"), tvm.tirx.const(zp, "int32"), 0, out_dtype, nonneg=True
+    )
+    for mcpu, lanes, narrow in (("skylake-avx512", 16, "vpmovusdb"), ("haswell", 8, "vpackusdw")):
+        sch = tvm.s_tir.Schedule(te.create_prim_func([x, q]))
+        (i,) = sch.get_loops(sch.get_sblock("quantized"))
+        sch.vectorize(sch.split(i, [None, lanes])[1])
+        target = tvm.target.Target({"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mcpu": mcpu})
+        asm = tvm.tirx.build(sch.mod, target=target).inspect_source("asm")
+        assert narrow in asm and "vminps" not in asm and "vcvtps2dq" in asm, mcpu
+    from edgekernelbench.search.rules import build_target
+
+    sch = tvm.s_tir.Schedule(te.create_prim_func([x, q]))
+    lib = tvm.tirx.build(sch.mod, target=build_target(1))
+    xs = np.concatenate([[0.0, 254.5, 255.5, 256.0, 3e38, np.inf, 127.5, 128.5], np.linspace(0, 300, 56)])
+    xs = xs.astype("float32")
+    out = tvm.runtime.tensor(np.zeros(64, out_dtype))
+    lib(tvm.runtime.tensor(xs), out)
+    assert np.array_equal(out.numpy(), _onnx_quantize(xs, 1.0, zp, 0, out_dtype))

@@ -140,6 +140,7 @@ def test_the_graph_layer_relays_the_weights_once():
     out to HWIO runs in main_transform_params (once, at load time), and main takes the re-laid-out weight."""
     from edgekernelbench.problems import get_problem
     from edgekernelbench.search.graph import (
+        BIAS_INIT,
         CLIP_AS_OPS,
         FAST_LOG,
         FAST_MATH,
@@ -160,8 +161,10 @@ def test_the_graph_layer_relays_the_weights_once():
     ]
     # a 1-D convolution too: NWC makes its output channels (64) the vector axis, where NCW vectorized the
     # 124 time steps 4 at a time (124 = 4 x 31: no divisor fills a vector)
-    # a quantized (QDQ) model's convolution weights sit behind DequantizeLinear: still constants
-    assert [passes for _, passes in graph_alternatives(get_problem("L2/uint8_ds_block_s2_vww"))] == [NHWC]
+    # a quantized (QDQ) model's convolution weights sit behind DequantizeLinear: still constants; its
+    # depthwise convolution has a bias (ir/bias_init.py)
+    qdq = get_problem("L2/uint8_ds_block_s2_vww")
+    assert [passes for _, passes in graph_alternatives(qdq)] == [NHWC, BIAS_INIT]
     har = get_problem("L2/conv1d_block_har")
     assert [passes for _, passes in graph_alternatives(har)] == [NHWC]
     (c1,) = [k.name for k in kernels(har.id, graph_key(NHWC)) if k.name.startswith("fused_conv1d1")]
@@ -195,12 +198,13 @@ def test_clamps_become_operators_before_channels_last():
     from edgekernelbench.ir.spec import Decisions, KernelSpec
     from edgekernelbench.problems import get_problem
     from edgekernelbench.reference import relax_from_onnx
-    from edgekernelbench.search.graph import CLIP_AS_OPS, NHWC, graph_alternatives, graph_key
+    from edgekernelbench.search.graph import BIAS_INIT, CLIP_AS_OPS, NHWC, graph_alternatives, graph_key
     from edgekernelbench.search.kernels import kernels
 
     pid = "L2/ds_block_vww_8x16"  # depthwise + pointwise, each + ReLU6
-    ((label, passes),) = graph_alternatives(get_problem(pid))
+    (label, passes), (_, bias_init) = graph_alternatives(get_problem(pid))
     assert passes == CLIP_AS_OPS + NHWC and "clamps as operators" in label
+    assert bias_init == BIAS_INIT  # its depthwise convolution has a bias
     before = [k.name for k in kernels(pid, graph_key(NHWC))]
     after = [k.name for k in kernels(pid, graph_key(passes))]
     assert any("transpose" in n and "maximum" in n for n in before)  # NCHW for each clamp, and back

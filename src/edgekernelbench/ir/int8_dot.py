@@ -492,10 +492,27 @@ def weight_only(var2val: dict, weights: set, expr) -> bool:
 
     if isinstance(expr, Constant) or expr in weights:
         return True
+    if isinstance(expr, relax.Tuple):  # call_tir's arguments
+        return all(weight_only(var2val, weights, f) for f in expr.fields)
     value = var2val.get(expr) if isinstance(expr, relax.Var) else None
     if not isinstance(value, relax.Call) or isinstance(value.op, relax.GlobalVar):
         return False
-    return all(weight_only(var2val, weights, a) for a in value.args if isinstance(a, (relax.Var, Constant)))
+    args = (relax.Var, Constant, relax.Tuple)
+    return all(weight_only(var2val, weights, a) for a in value.args if isinstance(a, args))
+
+
+def use_counts(var2val: dict) -> dict:
+    """Variable -> how many bindings of a function read it (`var2val`: its bindings), an alias (a variable
+    bound to another) and a tuple's fields included: a rewrite that moves a value's computation elsewhere
+    needs the value read once."""
+    from tvm import relax
+
+    counts: dict = {}
+    for value in var2val.values():
+        args = [value] if isinstance(value, relax.Var) else getattr(value, "args", None)
+        for arg in args or getattr(value, "fields", ()):
+            counts[arg] = counts.get(arg, 0) + 1
+    return counts
 
 
 def known_value(values: dict, expr):

@@ -6,7 +6,8 @@ only (e.g. a kernel re-laid out) is lifted into `main_transform_params` and runs
 Today's alternatives: convolutions channels last (2-D: NHWC with HWIO kernels, 1-D: NWC with WIO; the
 output channel, contiguous in the output and in the re-laid-out weights, becomes the vector axis; strided,
 small-spatial and odd-length convolutions then vectorize without gathers or partial vectors), at the price
-of transposing the activations where the graph enters and leaves that layout; fast math
+of transposing the activations where the graph enters and leaves that layout; depthwise convolutions
+whose sums start at their bias (ir/bias_init.py: no add in the epilogue); fast math
 (approximations of softmax, exp, erf, tanh that vectorize). A model with ONNX Clip gets channels last
 after ClipAsOps (ir/clip_ops.py: the importer's clamp kernels as Relax operators, which ConvertLayout
 carries the layout through and FuseOps fuses into the convolution). LEKA tries them one after the other,
@@ -44,6 +45,8 @@ INT8_DOT = [{"name": "Int8DotProduct", "args": {}}]
 FAST_LOG = [{"name": "FastLog", "args": {}}]
 # 8-bit quantize as one rounding conversion (llvm.lrint) between clamps, bit for bit (ir/quantize_rint.py)
 QUANTIZE_RINT = [{"name": "QuantizeRint", "args": {}}]
+# grouped (depthwise) convolutions whose sums start at their bias: the epilogue's add gone (ir/bias_init.py)
+BIAS_INIT = [{"name": "BiasInit", "args": {}}]
 # float GEMMs by a weight (channels-last pointwise convolutions, matmuls) on weight panels packed once at
 # load (ir/packed_gemm.py): each panel one contiguous stream where a weight row is read a few lanes at a time
 PACKED_WEIGHTS = [{"name": "PackedWeights", "args": {}}]
@@ -66,13 +69,15 @@ def graph_alternatives(problem, backend=None) -> list[tuple[str, list[dict]]]:
     convolution and `backend`'s target has VNNI (after channels last: a pointwise convolution in NHWC needs no
     transposes); 8-bit quantize as one rounding conversion between clamps (ir/quantize_rint.py) when the
     model has QuantizeLinear and the target is an x86 CPU, after the dot products (their pass rewrites
-    quantize operators); fast math (TVM's FastMathTransform: softmax, exp, erf and tanh as polynomial
-    approximations that vectorize, where LLVM's libm calls stay scalar) when it has those functions -- the
-    judge's tolerance decides whether an approximation is close enough; and the natural logarithm as a
-    polynomial within an ulp of float64 (ir/fast_log.py) when it has a Log: LLVM calls logf once per element
-    of a vector (logmel_frontend_yamnet's mel matmul with its log epilogue: 43 -> 31 us standalone); last,
-    float GEMMs by a constant weight (pointwise convolutions, after channels last; matmuls) on weight panels
-    packed once at load (ir/packed_gemm.py), when the model has one with more than one panel of columns."""
+    quantize operators); grouped convolutions with a bias starting their sums at it (ir/bias_init.py),
+    after the rounding (its scale folding looks for the add); fast math (TVM's FastMathTransform: softmax,
+    exp, erf and tanh as polynomial approximations that vectorize, where LLVM's libm calls stay scalar) when
+    it has those functions -- the judge's tolerance decides whether an approximation is close enough; and
+    the natural logarithm as a polynomial within an ulp of float64 (ir/fast_log.py) when it has a Log: LLVM
+    calls logf once per element of a vector (logmel_frontend_yamnet's mel matmul with its log epilogue: 43 ->
+    31 us standalone); last, float GEMMs by a constant weight (pointwise convolutions, after channels last;
+    matmuls) on weight panels packed once at load (ir/packed_gemm.py), when the model has one with more than
+    one panel of columns."""
     nodes = problem.model.graph.node
     out = []
     if any(n.op_type == "Conv" and _weight_rank(problem.model.graph, n.input[1]) in (3, 4) for n in nodes):
@@ -83,6 +88,8 @@ def graph_alternatives(problem, backend=None) -> list[tuple[str, list[dict]]]:
         out.append(("graph: integer GEMMs as u8 x s8 dot products on packed weights (VNNI)", INT8_DOT))
     if backend is not None and any(n.op_type == "QuantizeLinear" for n in nodes) and _is_x86(backend):
         out.append(("graph: quantize as one rounding conversion (lrint; the same values)", QUANTIZE_RINT))
+    if any(_grouped_conv_with_bias(n) for n in nodes):
+        out.append(("graph: depthwise convolutions start from their bias (no epilogue add)", BIAS_INIT))
     if any(n.op_type in FAST_MATH_OPS for n in nodes):
         out.append(("graph: fast math (softmax, exp, erf, tanh)", FAST_MATH))
     if any(n.op_type == "Log" for n in nodes):
@@ -108,6 +115,12 @@ def target_alternatives(backend) -> list[tuple[str, dict]]:
     if (as_profile(backend).target or {}).get("kind") != "llvm":
         return []
     return [("target: LLVM fast math, all kernels (no NaN/Inf, reassociation, reciprocals)", FAST_MATH_FLAGS)]
+
+
+def _grouped_conv_with_bias(node) -> bool:
+    """An ONNX Conv with a bias input and group > 1 (a depthwise convolution): BiasInit's pattern."""
+    group = next((a.i for a in node.attribute if a.name == "group"), 1)
+    return node.op_type == "Conv" and len(node.input) > 2 and bool(node.input[2]) and group > 1
 
 
 def _int8_gemms(graph) -> bool:
