@@ -141,3 +141,75 @@ def test_the_bias_init_graph_is_judged_exact_with_the_folded_scale():
     spec = KernelSpec(problem=TINY_QDQ_DW, decisions=Decisions(graph={"passes": passes}), method="test")
     res = evaluate(TINY_QDQ_DW, spec, trials=2, timing=TimingConfig.quick(), baselines=("tvm-default",))
     assert res.correct, res.detail
+
+
+def test_a_kernel_without_one_zero_init_is_left_alone():
+    """conv_bias_func patches one reduction whose init stores 0: an elementwise kernel (no init) and a kernel
+    with two reductions give None, which leaves the convolution to TVM's own lowering."""
+    from tvm import te
+
+    from edgekernelbench.ir.bias_init import conv_bias_func
+
+    x = te.placeholder((4, 16), "float32", name="x")
+    relu = te.compute((4, 16), lambda i, j: te.max(x[i, j], 0.0), name="relu")
+    assert conv_bias_func(te.create_prim_func([x, relu]), (1, 16)) is None
+    k = te.reduce_axis((0, 16), name="k")
+    s1 = te.compute((4,), lambda i: te.sum(x[i, k], axis=k), name="s1")
+    k2 = te.reduce_axis((0, 4), name="k2")
+    s2 = te.compute((1,), lambda i: te.sum(s1[k2], axis=k2), name="s2")
+    assert conv_bias_func(te.create_prim_func([x, s2]), (1,)) is None
+
+
+def test_tuned_decisions_move_to_the_bias_init_kernel_as_the_same_point():
+    """LEKA judges a dropped graph change again with the tuned decisions carried (agents/leka.py
+    `_retry_one`). BiasInit takes the add out of the depthwise kernel, so a trace that inlines it no longer
+    replays; the builtin proposer translates it to the same point of the schedule space on the new kernel
+    (`translate`), which replays, and the judge finds the candidate correct."""
+    from edgekernelbench.agents import leka
+    from edgekernelbench.agents.proposers import BuiltinProposer
+    from edgekernelbench.harness.api import TimingConfig, evaluate
+    from edgekernelbench.ir.spec import Decisions, KernelSpec
+    from edgekernelbench.search.cost import Machine
+    from edgekernelbench.search.graph import BIAS_INIT, NHWC, QUANTIZE_RINT, graph_key
+    from edgekernelbench.search.kernels import kernels
+    from edgekernelbench.search.variants import replays
+
+    old_passes = NHWC + QUANTIZE_RINT
+    old, new = graph_key(old_passes), graph_key(old_passes + BIAS_INIT)
+    (conv,) = [k.name for k in kernels(TINY_QDQ_DW, old) if "conv2d" in k.name]
+    (counterpart,) = [k.name for k in kernels(TINY_QDQ_DW, new) if "conv2d_bias" in k.name]
+
+    class Ep:
+        problem = type("P", (), {"id": TINY_QDQ_DW})
+        cfg = type("Cfg", (), {"threads": 1, "backend": "host-cpu"})
+        steps: list = []
+
+        def record(self, **kw):
+            self.steps.append(kw)
+
+    prop = BuiltinProposer.__new__(BuiltinProposer)
+    prop.ep, prop.machine, prop.tried, prop.spaces, prop.graph = (
+        Ep(),
+        Machine.for_profile("host-cpu"),
+        {},
+        {},
+        old,
+    )
+    point = next(prop.space(conv).alternatives("loop", {}, set()))
+    layers = dict(point.layers)
+
+    assert replays(TINY_QDQ_DW, old, conv, layers) and not replays(TINY_QDQ_DW, new, counterpart, layers)
+    state2 = {counterpart: layers}
+    leka._translate_unfit(Ep(), prop.translate, old, new, {conv: counterpart}, {conv: layers}, state2)
+    moved = state2[counterpart]
+    assert moved != layers and replays(TINY_QDQ_DW, new, counterpart, moved)
+    assert prop.graph == old  # the proposer stays on its graph
+    prop.graph = new
+    assert prop.space(counterpart).point_of(moved).label == point.label
+    assert Ep.steps[-1] == {"kind": "translate", "kernel": counterpart, "layer": "graph", "ok": True}
+    decisions = Decisions(graph={"passes": old_passes + BIAS_INIT})
+    for layer, trace in moved.items():
+        getattr(decisions, layer)[counterpart] = trace
+    spec = KernelSpec(problem=TINY_QDQ_DW, decisions=decisions, method="test")
+    res = evaluate(TINY_QDQ_DW, spec, trials=2, timing=TimingConfig.quick(), baselines=("tvm-default",))
+    assert res.correct, res.detail

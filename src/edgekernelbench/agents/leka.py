@@ -252,7 +252,7 @@ def _graph_retry(
         label, passes = rejected[0]
         trial = list(whole.passes) + list(passes)
         # None when the change does not fit; a BudgetExhausted before its judgment leaves it in `rejected`
-        out = _retry_one(ep, label, trial, ks, state, workloads, whole, best, rows)
+        out = _retry_one(ep, label, trial, ks, state, workloads, whole, best, rows, proposer)
         rejected.pop(0)
         if out is None:
             continue
@@ -268,9 +268,15 @@ def _graph_retry(
     return ks, state, reused, workloads, best, rows
 
 
-def _retry_one(ep: Episode, label: str, trial: list, ks, state, workloads, whole: Whole, best: float, rows):
+def _retry_one(
+    ep: Episode, label: str, trial: list, ks, state, workloads, whole: Whole, best: float, rows, proposer=None
+):
     """One dropped graph change (`trial`: the kept passes and it) judged with the decisions carried by call
-    order; (names, kernels, state, workloads, result) when kept, None when it does not fit or is not."""
+    order; (names, kernels, state, workloads, result) when kept, None when it does not fit or is not. A
+    kernel whose decisions do not replay on its counterpart (the change rewrote its blocks: BiasInit's
+    depthwise convolutions lose their add, and a trace inlining that add no longer applies) gets the same
+    point of the schedule space recorded on the counterpart (`proposer.translate`), where the proposer has
+    one."""
     try:
         new = list(kernels(ep.problem.id, graph_key(trial)))
     except EKBError as e:
@@ -281,6 +287,9 @@ def _retry_one(ep: Episode, label: str, trial: list, ks, state, workloads, whole
     names = dict(zip(ks, (k.name for k in new), strict=True))  # this graph's kernel -> the change's
     ks2 = {k.name: k for k in new}
     state2 = {names[n]: dict(layers) for n, layers in state.items() if n in names}
+    translate = getattr(proposer, "translate", None)
+    if translate is not None:
+        _translate_unfit(ep, translate, graph_key(whole.passes), graph_key(trial), names, state, state2)
     workloads2 = {k.name: k.workload for k in new}
     same = frozenset(n for n, w in workloads2.items() if workloads.get(n) == w)
     spec = build_spec(
@@ -294,6 +303,21 @@ def _retry_one(ep: Episode, label: str, trial: list, ks, state, workloads, whole
         accept=lambda r: improves_whole(r, best, rows, same),
     )
     return (names, ks2, state2, workloads2, res) if improves_whole(res, best, rows, same) else None
+
+
+def _translate_unfit(ep: Episode, translate, old: str, new: str, names: dict, state: dict, state2: dict):
+    """In `state2` (the decisions carried to graph `new` by call order), the kernels whose decisions do not
+    replay on their counterpart get `translate`'s (the same point of the space); those it cannot translate
+    keep theirs (the judge then finds them not applying, and drops the change)."""
+    from ..search.variants import replays
+
+    for n, layers in state.items():
+        if n not in names or replays(ep.problem.id, new, names[n], layers):
+            continue
+        moved = translate(old, n, new, names[n], layers)
+        ep.record(kind="translate", kernel=names[n], layer="graph", ok=moved is not None)
+        if moved is not None:
+            state2[names[n]] = moved
 
 
 def _target_layer(ep: Episode, proposer, state: dict, workloads: dict, whole: Whole, best: float, rows):

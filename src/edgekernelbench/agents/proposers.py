@@ -72,6 +72,21 @@ class BuiltinProposer:
             if graph == old and kernel in names:
                 self.tried.setdefault((new, names[kernel], layer), set()).update(seen)
 
+    def translate(self, old: str, kernel: str, new: str, counterpart: str, layers: dict) -> dict | None:
+        """`layers` (kernel `kernel`'s decisions in graph `old`) for its counterpart in graph `new`, whose
+        blocks they do not fit (e.g. BiasInit took the add out of its epilogue): the same point of the
+        schedule space (strategy, vector width, register tile, unroll step) recorded on the counterpart;
+        None when the decisions are no point of the space or the point does not apply there."""
+        old_graph, self.graph = self.graph, old
+        try:
+            cfg = self.space(kernel).point_of(layers)
+            if cfg is None:
+                return None
+            self.graph = new
+            return self.space(counterpart).layers_at(cfg)
+        finally:
+            self.graph = old_graph
+
     def graphs(self) -> list[tuple[str, list[dict]]]:
         """The graph layer's alternatives to the reference's graph: (label, passes)."""
         return graph_alternatives(self.ep.problem, self.ep.cfg.backend)

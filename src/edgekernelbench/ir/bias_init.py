@@ -32,7 +32,8 @@ BIAS = "bias_init"
 def conv_bias_func(func, bias_shape: tuple[int, ...]):
     """`func` (the PrimFunc Relax legalizes a conv2d to: one reduction block, its output the last parameter)
     with a parameter `bias_init` of `bias_shape` (the output's rank, 1 on every axis but the channel's) before
-    the output, which the reduction's init reads; op_pattern 4 (out-elementwise fusable, as a conv2d's)."""
+    the output, which the reduction's init reads; op_pattern 4 (out-elementwise fusable, as a conv2d's).
+    None where the printed kernel is not of that form (the caller then leaves the convolution alone)."""
     import tvm
     from tvm.script import tirx as T
 
@@ -58,7 +59,10 @@ def conv_bias_func(func, bias_shape: tuple[int, ...]):
     attrs = 'T.func_attr({"tirx.noalias": True'
     text = text.replace(attrs + "})", attrs + ', "op_pattern": 4})')
     text = text.replace("@T.prim_func(s_tir=True)", "@T.prim_func(private=True, s_tir=True)")
-    return tvm.script.from_source(text, extra_vars={"T": T})
+    try:
+        return tvm.script.from_source(text, extra_vars={"T": T})
+    except Exception:  # a kernel printed in a form this patch does not know: the convolution stays as it was
+        return None
 
 
 def _channel_bias(bias, out_shape: list[int], channel: int) -> bool:

@@ -78,6 +78,22 @@ def rule_variants(
     return tuple(out)
 
 
+def replays(problem_id: str, graph: str, name: str, layers: dict) -> bool:
+    """Whether a kernel's layer traces (`layers`) replay on kernel `name` of graph key `graph` (not built)."""
+    from ..ir.replay import apply_trace, combine_layers
+    from .graph import graph_reference
+
+    func = graph_reference(problem_id, graph).primfuncs().get(name)
+    if func is None:
+        return False
+    trace, where = combine_layers([(k, layers[k]) for k in SCHEDULE_LAYERS if k in layers])
+    try:
+        apply_trace(func, trace, name, where)
+        return True
+    except Exception:  # noqa: BLE001 -- a step that does not apply (DecisionError) or a malformed trace
+        return False
+
+
 def alternatives(variants, layer: str, accepted: dict, tried: set[str]) -> list[Variant]:
     """Variants that keep the accepted layers before `layer`, change `layer` (or add it), and were not
     tried yet (`tried`: labels)."""
@@ -273,11 +289,11 @@ class KernelSpace:
                 self._built[cfg] = False
         return self._built[cfg]
 
-    def _find_tile(self, loop) -> tuple | None:
-        """The tile of the point whose loop layer is `loop` (e.g. the rules' starting point, recorded by no
-        proposal so far), looked for among the points most like the rules' defaults first (auto-unroll 64,
-        tile loops in rows, accumulators cached), recording at most FIND_MAX points: recording all of them
-        took 320 s on logmel_frontend_yamnet's padded GEMM (2,000 points) to find none."""
+    def _likely_points(self):
+        """The space's points, those most like the rules' defaults first (auto-unroll 64, tile loops in rows,
+        accumulators cached), each recorded as it is yielded (with its variant, None where it does not
+        apply); at most FIND_MAX not recorded before: recording all of them took 320 s on
+        logmel_frontend_yamnet's padded GEMM (2,000 points)."""
         from .rules.primitives import AUTO_UNROLL_STEP
 
         def like_default(item):
@@ -292,14 +308,32 @@ class KernelSpace:
         left = FIND_MAX
         for _, cfg in sorted(self.ranked, key=like_default):
             if left <= 0:
-                break
+                return
             if cfg not in self._recorded:
                 left -= 1
-            self._record(cfg)
+            yield cfg, self._record(cfg)
+
+    def _find_tile(self, loop) -> tuple | None:
+        """The tile of the point whose loop layer is `loop` (e.g. the rules' starting point, recorded by no
+        proposal so far), looked for among `_likely_points`."""
+        for _ in self._likely_points():
             tile = self._tile_of(loop)
             if tile is not None:
                 return tile
         return None
+
+    def point_of(self, layers: dict) -> Config | None:
+        """The point whose layers are exactly `layers` (a kernel's accepted decisions): among the points
+        recorded so far, else among `_likely_points`; None when neither has it (decisions from elsewhere)."""
+        for cfg, v in list(self._recorded.items()):
+            if v is not None and v.layers == layers:
+                return cfg
+        return next((cfg for cfg, v in self._likely_points() if v is not None and v.layers == layers), None)
+
+    def layers_at(self, cfg: Config) -> dict | None:
+        """The layers of point `cfg` in this kernel's space, where it applies and builds; else None."""
+        v = self._record(cfg) if self.facts is not None else None
+        return dict(v.layers) if v is not None and self._builds(cfg, v) else None
 
     def _tile_of(self, loop) -> tuple | None:
         """The tile parameters (`_tile`) of the point that recorded this loop layer; None when no recorded
