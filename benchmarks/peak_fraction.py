@@ -6,7 +6,8 @@ For each problem of RUN_DIR (a run of `ekb agent` or benchmarks/leka_vs_metasche
 best correct candidate (highest speedup over tvm-default; decisions-only specs, replayed here on the
 problem's reference, never a candidate's own code) is built for this host, its kernels are called once
 through main to get each call's arguments, and every compute-bound kernel call -- operator class conv2d,
-pointwise, matmul or contraction (dense at batch > 4 is "matmul") whose arithmetic intensity puts it under
+pointwise, matmul or contraction (dense at batch > 4 is "matmul"; classified on the kernel before the
+candidate's schedule, whose cached copies can hide the contraction) whose arithmetic intensity puts it under
 the compute roof of the run's peak record -- is timed in the same interleaved rounds as the peak FLOP/s
 micro-kernel (backends/peak.py: the harness's timing protocol, 1 thread); the u8 x s8 dot-product kernels
 of the Int8DotProduct graph (ir/int8_dot.py, on a CPU with VNNI) likewise against the int8 peak's
@@ -132,12 +133,19 @@ def measure(problem, spec, peak: dict, cfg: TimingConfig, min_share: float) -> l
     shares: dict[str, float] = {}
     for i, (name, *_rest) in enumerate(calls):
         shares[name] = shares.get(name, 0.0) + quick[f"{i}:{name}"].median / total
+    # each kernel classified and counted on its unscheduled PrimFunc (the graph's, before the candidate's
+    # decisions): a scheduled one reads cached copies, where the analysis may no longer see a contraction
+    # (a tiled pointwise convolution read as a plain reduction was left out of the table)
+    from edgekernelbench.search.graph import graph_key, graph_reference
+
+    unscheduled = graph_reference(problem.id, graph_key(spec.decisions.graph.get("passes"))).primfuncs()
     rows, seen = [], set()
     for name, func, lib, call_args in calls:
         if name in seen:  # a kernel called several times (same code, other weights): timed once
             continue
         seen.add(name)
         share = shares[name]
+        func = unscheduled.get(name, func)
         try:
             facts = analyze(func, name)
             op_class = facts.op_class

@@ -200,13 +200,17 @@ def test_tuned_decisions_move_to_the_bias_init_kernel_as_the_same_point():
 
     assert replays(TINY_QDQ_DW, old, conv, layers) and not replays(TINY_QDQ_DW, new, counterpart, layers)
     state2 = {counterpart: layers}
-    leka._translate_unfit(Ep(), prop.translate, old, new, {conv: counterpart}, {conv: layers}, state2)
+    assert leka._translate_unfit(Ep(), prop.translate, old, new, {conv: counterpart}, {conv: layers}, state2)
     moved = state2[counterpart]
     assert moved != layers and replays(TINY_QDQ_DW, new, counterpart, moved)
     assert prop.graph == old  # the proposer stays on its graph
     prop.graph = new
     assert prop.space(counterpart).point_of(moved).label == point.label
     assert Ep.steps[-1] == {"kind": "translate", "kernel": counterpart, "layer": "graph", "ok": True}
+    # decisions that are no point of the space (here: none of the kernel's) cannot move: not judged
+    foreign = {"loop": [[["GetSBlock", [], ["no_such_block", "main"], ["b0"]]], []]}
+    assert not leka._translate_unfit(Ep(), prop.translate, old, new, {conv: counterpart}, {conv: foreign}, {})
+    assert Ep.steps[-1]["ok"] is False
     decisions = Decisions(graph={"passes": old_passes + BIAS_INIT})
     for layer, trace in moved.items():
         getattr(decisions, layer)[counterpart] = trace

@@ -276,7 +276,7 @@ def _retry_one(
     kernel whose decisions do not replay on its counterpart (the change rewrote its blocks: BiasInit's
     depthwise convolutions lose their add, and a trace inlining that add no longer applies) gets the same
     point of the schedule space recorded on the counterpart (`proposer.translate`), where the proposer has
-    one."""
+    one; a change with a kernel that neither replays nor translates is not judged (None)."""
     try:
         new = list(kernels(ep.problem.id, graph_key(trial)))
     except EKBError as e:
@@ -288,8 +288,10 @@ def _retry_one(
     ks2 = {k.name: k for k in new}
     state2 = {names[n]: dict(layers) for n, layers in state.items() if n in names}
     translate = getattr(proposer, "translate", None)
-    if translate is not None:
-        _translate_unfit(ep, translate, graph_key(whole.passes), graph_key(trial), names, state, state2)
+    if translate is not None and not _translate_unfit(
+        ep, translate, graph_key(whole.passes), graph_key(trial), names, state, state2
+    ):
+        return None  # a kernel's decisions neither replay there nor translate: the judge would refuse them
     workloads2 = {k.name: k.workload for k in new}
     same = frozenset(n for n, w in workloads2.items() if workloads.get(n) == w)
     spec = build_spec(
@@ -307,8 +309,8 @@ def _retry_one(
 
 def _translate_unfit(ep: Episode, translate, old: str, new: str, names: dict, state: dict, state2: dict):
     """In `state2` (the decisions carried to graph `new` by call order), the kernels whose decisions do not
-    replay on their counterpart get `translate`'s (the same point of the space); those it cannot translate
-    keep theirs (the judge then finds them not applying, and drops the change)."""
+    replay on their counterpart get `translate`'s (the same point of the space). False when one cannot be
+    translated (the change is then not judged: its candidate would not build)."""
     from ..search.variants import replays
 
     for n, layers in state.items():
@@ -316,8 +318,10 @@ def _translate_unfit(ep: Episode, translate, old: str, new: str, names: dict, st
             continue
         moved = translate(old, n, new, names[n], layers)
         ep.record(kind="translate", kernel=names[n], layer="graph", ok=moved is not None)
-        if moved is not None:
-            state2[names[n]] = moved
+        if moved is None:
+            return False
+        state2[names[n]] = moved
+    return True
 
 
 def _target_layer(ep: Episode, proposer, state: dict, workloads: dict, whole: Whole, best: float, rows):
