@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 
-from .int8_dot import _each_function, _op, use_counts, weight_only
+from .int8_dot import _each_function, _op, uses_in_function, weight_only
 
 BIAS = "bias_init"
 
@@ -112,7 +112,7 @@ def _rewriter(mod):
                 or len(str(a.kernel_layout)) != 4
                 or str(getattr(bias.ty, "dtype", "")) != "float32"
                 or not _channel_bias(bias, out_shape, layout.index("C"))
-                or use_counts(self.var2val).get(conv_var) != 1
+                or uses_in_function(self).get(conv_var) != 1
             ):
                 return None
             x, w = (self.visit_expr(v) for v in conv.args)

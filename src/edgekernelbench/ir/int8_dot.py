@@ -515,6 +515,14 @@ def use_counts(var2val: dict) -> dict:
     return counts
 
 
+def uses_in_function(rw) -> dict:
+    """`use_counts` of the function the mutator `rw` visits now (its `var2val`), counted once per function."""
+    cached = getattr(rw, "_uses", None)
+    if cached is None or cached[0] is not rw.var2val:
+        rw._uses = cached = (rw.var2val, use_counts(rw.var2val))
+    return cached[1]
+
+
 def known_value(values: dict, expr):
     """The value (numpy) of a Relax constant or of a weight parameter whose value the module carries
     (`values`: parameter -> tensor, as `_each_function` sets them); None otherwise."""

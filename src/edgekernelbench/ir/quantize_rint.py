@@ -172,15 +172,13 @@ def fold_scale(rw, data, scale):
     from tvm.ir.expr import Constant
     from tvm.relax import op as R
 
-    from .int8_dot import _op, known_value, use_counts, weight_only
+    from .int8_dot import _op, known_value, uses_in_function, weight_only
 
     s = np.asarray(scale, "float32").reshape(-1)
     if s.size == 0 or not (s == s[0]).all() or not s[0] > 0 or np.frexp(s[0])[0] != 0.5:
         return None
     inv = relax.const(np.float32(1.0) / s[0])  # exact: a power of two
-    if rw.uses[0] is not rw.var2val:  # counted once per function
-        rw.uses = (rw.var2val, use_counts(rw.var2val))
-    uses = rw.uses[1]
+    uses = uses_in_function(rw)
 
     def bound(var, ops):  # the value of `var` (through aliases) when it is one of `ops`, used only here
         value = rw.var2val.get(var)
@@ -240,7 +238,6 @@ def quantize_rint_pass():
             var2val: dict = {}
             weights: set = set()
             values: dict = {}  # weight parameter -> its tensor, where the module carries them
-            uses: tuple = (None, {})  # (var2val it counts, dataflow variable -> its number of uses)
 
             def visit_call_(self, call):
                 call = super().visit_call_(call)
