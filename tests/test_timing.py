@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import math
+import time
 
 import numpy as np
 import pytest
@@ -201,3 +202,31 @@ def test_calibration_is_not_fooled_by_a_transient_delay():
 
     n = timing._calibrate(run, min_repeat_ms=2.0)
     assert n * 1e-6 >= 1.5e-3, n  # the kernel's own work fills the round, not the spike
+
+
+def test_calibration_counts_toward_the_warm_up_and_short_steps_end_early():
+    """A step of the calibration whose first try is already shorter than `min_repeat_ms` grows at once (its
+    fastest try could only be shorter); the final step still takes CALIBRATION_TRIES tries. The
+    calibration runs the contender, so only what is left of `warmup_ms` after it is spent warming up."""
+    from edgekernelbench.harness import timing
+
+    def contender(per_call):
+        calls = []
+
+        def run(number):
+            calls.append(number)
+            time.sleep(per_call * number)
+            return per_call
+
+        return run, calls
+
+    run, calls = contender(1e-4)  # 0.1 ms per call, 5 ms rounds
+    n = timing._calibrate(run, min_repeat_ms=5.0)
+    assert n * 1e-4 >= 5e-3 and calls.count(n) == timing.CALIBRATION_TRIES
+    assert all(calls.count(k) == 1 for k in calls if k != n)  # the short steps: one try each
+    long_cal, calls_long = contender(1e-4)  # calibration (~20 ms) longer than the warm-up: none left
+    short_cal, calls_short = contender(1e-4)
+    time_interleaved({"a": long_cal}, TimingConfig(warmup_ms=1.0, min_repeat_ms=5.0, rounds=1))
+    time_interleaved({"a": short_cal}, TimingConfig(warmup_ms=200.0, min_repeat_ms=5.0, rounds=1))
+    assert calls_long.count(1) == 1  # the calibration's first try only
+    assert calls_short.count(1) > 100  # ~180 ms of single calls after a ~20 ms calibration

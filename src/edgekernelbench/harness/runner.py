@@ -173,7 +173,8 @@ class Runner:
 
 def _serve(sock: socket.socket, backend, session, reference) -> None:
     """The runner's loop: one request, one reply, until "quit" or the judge goes away."""
-    import tvm
+
+    from ..tvm_env import load_json
 
     runner = None
     calls = None  # exactly `number` calls of main on the bound inputs (Runner.caller)
@@ -187,7 +188,7 @@ def _serve(sock: socket.socket, backend, session, reference) -> None:
             if op == "quit":
                 return
             if op == "load":
-                mod = tvm.ir.load_json(req["module"])
+                mod = load_json(req["module"])
                 try:
                     if req.get("library"):  # its kernels compiled by the judge (backends/kernel_cache.py)
                         built = backend.build_linked(mod, req["library"], req.get("target_attrs") or {})

@@ -2,8 +2,9 @@
 
 Each contender exposes run(number) -> seconds per call over `number` back-to-back calls (a C loop:
 TVM's time_evaluator, the native ONNX Runtime timer).
-1. warm-up: each contender runs until `warmup_ms` has passed;
-2. calibration: `number` per contender so that one round lasts at least `min_repeat_ms`;
+1. calibration: `number` per contender so that one round lasts at least `min_repeat_ms` (it runs the
+   contender: its time counts toward the warm-up);
+2. warm-up: each contender runs until `warmup_ms` has passed, calibration included;
 3. `rounds` rounds, interleaved: in every round each contender runs once, in a rotating order; with
    `max_rounds`, `rounds` more at a time while a paired ratio's interval is still wide (up to max_rounds);
 4. per contender: median of the rounds, interquartile range, min, max, and every round's figure;
@@ -68,7 +69,11 @@ def _calibrate(run: Callable[[int], float], min_repeat_ms: float) -> int:
     that every round is mostly that delay."""
     number = 1
     while True:
-        per_call = min(run(number) for _ in range(CALIBRATION_TRIES))
+        per_call = math.inf
+        for _ in range(CALIBRATION_TRIES):  # a try already below `min_repeat_ms` ends the step: grow now
+            per_call = min(per_call, run(number))
+            if per_call * number * 1e3 < min_repeat_ms:
+                break
         total_ms = per_call * number * 1e3
         if total_ms >= min_repeat_ms or number >= 1 << 20:
             return number
@@ -78,11 +83,15 @@ def _calibrate(run: Callable[[int], float], min_repeat_ms: float) -> int:
 
 def time_interleaved(contenders: dict[str, Callable[[int], float]], cfg: TimingConfig) -> dict[str, Timing]:
     names = list(contenders)
-    for name in names:  # warm-up
-        t_end = time.perf_counter() + cfg.warmup_ms / 1e3
+    numbers, warm_ms = {}, {}
+    for name in names:  # the calibration runs each contender: that much of its warm-up is done
+        t0 = time.perf_counter()
+        numbers[name] = _calibrate(contenders[name], cfg.min_repeat_ms)
+        warm_ms[name] = (time.perf_counter() - t0) * 1e3
+    for name in names:  # the rest of the warm-up
+        t_end = time.perf_counter() + max(0.0, cfg.warmup_ms - warm_ms[name]) / 1e3
         while time.perf_counter() < t_end:
             contenders[name](1)
-    numbers = {n: _calibrate(contenders[n], cfg.min_repeat_ms) for n in names}
     samples: dict[str, list[float]] = {n: [] for n in names}
     r = 0
     while r < cfg.rounds or (r < cfg.max_rounds and (r % cfg.rounds or _unresolved(samples, names))):

@@ -33,16 +33,15 @@ def module_from_parent(job_dir: Path):
     builder's output), loaded as data -- no candidate text is parsed or run here."""
 
     def load():
-        import tvm
-
         from ..errors import MalformedCandidate
+        from ..tvm_env import load_json
 
         name = sys.stdin.readline().strip()
         path = (job_dir / name).resolve()
         if not name or path.parent != job_dir.resolve() or not path.is_file():
             raise MalformedCandidate("no candidate module was handed to the judge")
         try:
-            return tvm.ir.load_json(path.read_text())
+            return load_json(path.read_text())
         except Exception as e:
             raise MalformedCandidate(f"the builder's module does not load as IRModule JSON: {e}") from None
 

@@ -126,7 +126,9 @@ def _as_main(func):
     and with_attr/Schedule may reuse a PrimFunc's storage in place."""
     import tvm
 
-    copy = tvm.ir.load_json(tvm.ir.save_json(func))
+    from ..tvm_env import load_json
+
+    copy = load_json(tvm.ir.save_json(func))
     return tvm.IRModule({"main": copy.with_attr("global_symbol", "main")})
 
 
