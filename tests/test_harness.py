@@ -315,3 +315,30 @@ def test_a_profile_of_named_kernels_times_only_the_candidates_calls_of_them():
     assert {"module", "verify", "correctness", "timing", "profile"} <= set(one.extra["phases"])
     assert set(one.extra["parent_phases"]) == {"started", "builder", "judge_after_builder"}
     assert row["calls"] == 2 and abs(row["us"] - 2e6 * one.extra["kernels"][0]["median"]) < 1e-9
+
+
+@pytest.mark.parametrize(
+    "text", ["", "not json", '{"root": 1, "nodes": [{"type": "no.SuchNode"}]}', '{"nodes": [], "root": 7}']
+)
+def test_the_judge_loads_its_module_as_data_and_refuses_what_does_not_load(tmp_path, monkeypatch, text):
+    """The judge reads the builder's module.json with tvm_ffi's JSON graph reader (tvm_env.load_json): a
+    module TVM wrote comes back equal, node for node; bytes a candidate's Python wrote there instead are a
+    MalformedCandidate (the candidate's parse error), never an exception that escapes the judge."""
+    import io
+
+    import tvm
+
+    from edgekernelbench.errors import MalformedCandidate
+    from edgekernelbench.harness.worker import module_from_parent
+    from edgekernelbench.problems import get_problem
+    from edgekernelbench.reference import build_reference
+    from edgekernelbench.tvm_env import load_json
+
+    mod = build_reference(get_problem("L1/tiny_conv3x3")).module
+    saved = tvm.ir.save_json(mod)
+    assert tvm.ir.save_json(load_json(saved)) == saved
+    tvm.ir.assert_structural_equal(load_json(saved), mod)
+    (tmp_path / "module.json").write_text(text)
+    monkeypatch.setattr("sys.stdin", io.StringIO("module.json\n"))
+    with pytest.raises(MalformedCandidate, match="does not load"):
+        module_from_parent(tmp_path)()
