@@ -49,9 +49,17 @@ class FakeLLM:
                     )
                     fake.inflight += 1
                     fake.max_inflight = max(fake.max_inflight, fake.inflight)
+                self._answered = False
                 try:
                     self._answer(body, problem, n)
                 finally:
+                    self._done()
+
+            def _done(self):
+                """The request leaves the in-flight count once, before its answer is written: a client that
+                sends its next request on reading the answer must not find this one still counted."""
+                if not self._answered:
+                    self._answered = True
                     with fake._lock:
                         fake.inflight -= 1
 
@@ -101,6 +109,7 @@ class FakeLLM:
 
             def _send(self, status, payload, headers=None, raw=None):
                 data = raw if raw is not None else json.dumps(payload).encode()
+                self._done()
                 self.send_response(status)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(data)))

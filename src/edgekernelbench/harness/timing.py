@@ -55,8 +55,11 @@ class TimingConfig:
         24x-40x over tvm-default, and a change that ran 1.3x faster alone was not kept. 9 rounds cost
         ~0.1 s more per contender, against the 3-5 s of a judgment (two processes, a build, the oracle).
         Up to 27 while the rounds disagree (`max_rounds`): on a busy machine a graph change measured 1.18x
-        faster with an interval of [0.54x, 1.82x] after 9, so the search could not keep it."""
-        return replace(cls.quick(), rounds=9, max_rounds=27)
+        faster with an interval of [0.54x, 1.82x] after 9, so the search could not keep it. Rounds of 8 ms
+        (the final judgment's are 10): a round trip to the runner (0.1 ms on a quiet machine) is still about
+        1% of one, and a tvm-default of 8-10 ms per call (resnet8_ic's: 9 ms) runs once per round, not twice;
+        the N = 32 run's timing and profiles took 225 s of its 437 s of judgments with 10 ms rounds."""
+        return replace(cls.quick(), rounds=9, max_rounds=27, min_repeat_ms=8.0)
 
 
 CALIBRATION_TRIES = 3  # measurements per step of the calibration; the fastest one counts
