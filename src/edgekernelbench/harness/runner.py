@@ -173,7 +173,6 @@ class Runner:
 
 def _serve(sock: socket.socket, backend, session, reference) -> None:
     """The runner's loop: one request, one reply, until "quit" or the judge goes away."""
-
     from ..tvm_env import load_json
 
     runner = None
