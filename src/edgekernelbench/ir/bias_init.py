@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 
-from .int8_dot import _each_function, _op, uses_in_function, weight_only
+from .int8_dot import _op, call_rewriter, uses_in_function, weight_only, weights_pass
 
 BIAS = "bias_init"
 
@@ -73,79 +73,63 @@ def _channel_bias(bias, out_shape: list[int], channel: int) -> bool:
     )
 
 
-def _rewriter(mod):
-    """A Relax mutator that rewrites each add(grouped conv2d, per-channel weight bias) into the kernel of
-    `conv_bias_func` (in the function it visits; `weights`, `var2val` set before each)."""
+def _bias_init(rw, call):
+    """`call` (an add) as the kernel of `conv_bias_func` where it adds a per-channel weight bias to a grouped
+    conv2d whose output it alone uses; None otherwise."""
     from tvm import relax, topi
     from tvm.ir.expr import Constant
     from tvm.relax import op as R  # noqa: F401 -- relax.op registers the operators call_te lowers through
     from tvm.relax.utils import gen_call_tir_inputs
 
-    @relax.expr_functor.mutator
-    class Rewriter(relax.PyExprMutator):
-        weights: set = set()
-        values: dict = {}
-        var2val: dict = {}
-
-        def visit_call_(self, call):
-            out = self._bias_init(call) if _op(call) == "relax.add" else None
-            return super().visit_call_(call) if out is None else out
-
-        def _bias_init(self, call):
-            if str(getattr(call.ty, "dtype", "")) != "float32":
-                return None
-            for conv_var, bias in (call.args, call.args[::-1]):
-                conv = self.var2val.get(conv_var)
-                weight = isinstance(bias, Constant) or weight_only(self.var2val, self.weights, bias)
-                if _op(conv) == "relax.nn.conv2d" and weight and isinstance(conv_var, relax.DataflowVar):
-                    break
-            else:
-                return None
-            a = conv.attrs
-            out_shape = [int(d) for d in conv.ty.shape]
-            layout = str(a.data_layout)
-            if (
-                int(a.groups) == 1
-                or str(conv.ty.dtype) != "float32"
-                or str(a.out_layout) != layout
-                or len(layout) != 4
-                or len(str(a.kernel_layout)) != 4
-                or str(getattr(bias.ty, "dtype", "")) != "float32"
-                or not _channel_bias(bias, out_shape, layout.index("C"))
-                or uses_in_function(self).get(conv_var) != 1
-            ):
-                return None
-            x, w = (self.visit_expr(v) for v in conv.args)
-            func, args, out_ty = gen_call_tir_inputs(
-                topi.nn.conv,
-                inp=x,
-                filt=w,
-                stride=a.strides,
-                padding=a.padding,
-                dilation=a.dilation,
-                groups=a.groups,
-                data_layout=a.data_layout,
-                kernel_layout=a.kernel_layout,
-                out_dtype=a.out_dtype if a.out_dtype != "" else None,
-            )
-            patched = conv_bias_func(func, tuple(int(d) for d in bias.ty.shape))
-            if patched is None or len(args) != 2:
-                return None
-            gv = self.builder_.add_func(patched, "conv2d_bias")
-            return self.builder_.emit(relax.call_tir(gv, [*args, self.visit_expr(bias)], out_ty))
-
-    return Rewriter(mod)
+    if str(getattr(call.ty, "dtype", "")) != "float32":
+        return None
+    for conv_var, bias in (call.args, call.args[::-1]):
+        conv = rw.var2val.get(conv_var)
+        weight = isinstance(bias, Constant) or weight_only(rw.var2val, rw.weights, bias)
+        if _op(conv) == "relax.nn.conv2d" and weight and isinstance(conv_var, relax.DataflowVar):
+            break
+    else:
+        return None
+    a = conv.attrs
+    out_shape = [int(d) for d in conv.ty.shape]
+    layout = str(a.data_layout)
+    if (
+        int(a.groups) == 1
+        or str(conv.ty.dtype) != "float32"
+        or str(a.out_layout) != layout
+        or len(layout) != 4
+        or len(str(a.kernel_layout)) != 4
+        or str(getattr(bias.ty, "dtype", "")) != "float32"
+        or not _channel_bias(bias, out_shape, layout.index("C"))
+        or uses_in_function(rw).get(conv_var) != 1
+    ):
+        return None
+    x, w = (rw.visit_expr(v) for v in conv.args)
+    func, args, out_ty = gen_call_tir_inputs(
+        topi.nn.conv,
+        inp=x,
+        filt=w,
+        stride=a.strides,
+        padding=a.padding,
+        dilation=a.dilation,
+        groups=a.groups,
+        data_layout=a.data_layout,
+        kernel_layout=a.kernel_layout,
+        out_dtype=a.out_dtype if a.out_dtype != "" else None,
+    )
+    patched = conv_bias_func(func, tuple(int(d) for d in bias.ty.shape))
+    if patched is None or len(args) != 2:
+        return None
+    gv = rw.builder_.add_func(patched, "conv2d_bias")
+    return rw.builder_.emit(relax.call_tir(gv, [*args, rw.visit_expr(bias)], out_ty))
 
 
 def bias_init_pass():
     """The graph pass (name "BiasInit"): in every Relax function, each grouped convolution followed by its
-    per-channel bias add rewritten to start its sums at the bias (`_rewriter`)."""
-    import tvm
+    per-channel bias add rewritten to start its sums at the bias (`_bias_init`); the add's binding is left
+    as an alias of the new call (lv1 = lv), which FuseOps does not fuse across: bindings canonicalized."""
     from tvm import relax
 
-    @tvm.ir.transform.module_pass(opt_level=0, name="BiasInit")
-    def transform(mod, _ctx):
-        # the add's binding is left as an alias of the new call (lv1 = lv), which FuseOps does not fuse across
-        return relax.transform.CanonicalizeBindings()(_each_function(mod, _rewriter, weights=True))
-
-    return transform
+    return weights_pass(
+        "BiasInit", call_rewriter(("relax.add",), _bias_init), relax.transform.CanonicalizeBindings()
+    )

@@ -555,6 +555,38 @@ def _each_function(mod, make, weights: bool = False):
     return relax.transform.DeadCodeElimination()(rw.builder_.get())
 
 
+def call_rewriter(ops: tuple[str, ...], rewrite):
+    """`make(mod)` for `_each_function`: a Relax mutator that offers each call of an operator in `ops` to
+    `rewrite(rw, call)`, whose result replaces the call (None: the call is left as it is, visited as usual).
+    `rw` is the mutator: its `builder_`, and the `var2val`, `weights` and `values` `_each_function` sets per
+    function."""
+    from tvm import relax
+
+    @relax.expr_functor.mutator
+    class Rewriter(relax.PyExprMutator):
+        weights: set = set()
+        values: dict = {}
+        var2val: dict = {}
+
+        def visit_call_(self, call):
+            out = rewrite(self, call) if _op(call) in ops else None
+            return super().visit_call_(call) if out is None else out
+
+    return Rewriter
+
+
+def weights_pass(name: str, make, then=None):
+    """The module pass `name`: `_each_function(mod, make, weights=True)`, then `then(mod)` when given."""
+    import tvm
+
+    @tvm.ir.transform.module_pass(opt_level=0, name=name)
+    def transform(mod, _ctx):
+        out = _each_function(mod, make, weights=True)
+        return then(out) if then is not None else out
+
+    return transform
+
+
 def int8_dot_pass():
     """The graph pass (`Decisions.graph["passes"]` name "Int8DotProduct"): in every Relax function, the
     integer GEMMs whose right operand is a weight (a parameter after `num_input`) rewritten (`_rewriter`),

@@ -22,7 +22,7 @@ over k), so the values are the float GEMM's.
 
 from __future__ import annotations
 
-from .int8_dot import _each_function, _op, _pointwise, weight_only
+from .int8_dot import _op, _pointwise, call_rewriter, weight_only, weights_pass
 
 PANELS = (64, 32, 16)  # panel widths in float32 columns, the widest that divides N first
 CONV_BLOCK, MATMUL_BLOCK = "conv2d_nhwc_packed", "matmul_packed"
@@ -67,64 +67,45 @@ def {block}(
     return from_source(src, extra_vars={"T": T})
 
 
-def _rewriter(mod):
-    """A Relax mutator that rewrites each float32 channels-last pointwise convolution and each matmul by a
-    2-D weight into the packed kernel, where the weight is weights-only and N has a panel width."""
+def _packed_gemm(rw, call):
+    """`call` rewritten onto the packed kernel where it is a float32 channels-last pointwise convolution or a
+    matmul by a 2-D weight, the weight is weights-only and N has a panel width; None otherwise."""
     from tvm import relax
     from tvm.relax import op as R
 
-    @relax.expr_functor.mutator
-    class Rewriter(relax.PyExprMutator):
-        weights: set = set()
-        values: dict = {}
-        var2val: dict = {}
-
-        def visit_call_(self, call):
-            op = _op(call)
-            out = None
-            if str(getattr(call.ty, "dtype", "")) == "float32":
-                if (
-                    op == "relax.nn.conv2d"
-                    and _pointwise(call)
-                    and call.attrs.data_layout == "NHWC"
-                    and call.attrs.out_layout == "NHWC"
-                ):
-                    out = self._packed(call, conv=True)
-                elif op == "relax.matmul" and len(call.args[1].ty.shape) == 2:
-                    out = self._packed(call, conv=False)
-            return super().visit_call_(call) if out is None else out
-
-        def _packed(self, call, conv: bool):
-            a_arg, w_arg = call.args
-            if not weight_only(self.var2val, self.weights, w_arg):
-                return None
-            a, w = self.visit_expr(a_arg), self.visit_expr(w_arg)
-            shape = [int(x) for x in a.ty.shape]
-            w_shape = [int(x) for x in w.ty.shape]
-            k_, n_ = w_shape[-2:]
-            out_shape = [int(x) for x in call.ty.shape]
-            if len(shape) < 2 or shape[-1] != k_ or out_shape != [*shape[:-1], n_]:
-                return None  # a batch broadcast against the weight's, or another layout: not this GEMM
-            panel = panel_width(n_)
-            if panel is None or str(a.ty.dtype) != "float32" or str(w.ty.dtype) != "float32":
-                return None
-            bb = self.builder_
-            w2 = R.reshape(w, (k_, n_)) if conv else w
-            packed = bb.emit(R.permute_dims(R.reshape(w2, (k_, n_ // panel, panel)), [1, 0, 2]))
-            name = CONV_BLOCK if conv else MATMUL_BLOCK
-            gv = bb.add_func(packed_func(tuple(shape[:-1]), k_, n_, panel, conv), name)
-            return bb.emit(relax.call_tir(gv, [a, packed], relax.TensorType(tuple(out_shape), "float32")))
-
-    return Rewriter(mod)
+    if str(getattr(call.ty, "dtype", "")) != "float32":
+        return None
+    if _op(call) == "relax.nn.conv2d":
+        a = call.attrs
+        if not (_pointwise(call) and a.data_layout == "NHWC" and a.out_layout == "NHWC"):
+            return None
+        conv = True
+    elif len(call.args[1].ty.shape) == 2:  # a matmul by a 2-D weight
+        conv = False
+    else:
+        return None
+    a_arg, w_arg = call.args
+    if not weight_only(rw.var2val, rw.weights, w_arg):
+        return None
+    a, w = rw.visit_expr(a_arg), rw.visit_expr(w_arg)
+    shape = [int(x) for x in a.ty.shape]
+    w_shape = [int(x) for x in w.ty.shape]
+    k_, n_ = w_shape[-2:]
+    out_shape = [int(x) for x in call.ty.shape]
+    if len(shape) < 2 or shape[-1] != k_ or out_shape != [*shape[:-1], n_]:
+        return None  # a batch broadcast against the weight's, or another layout: not this GEMM
+    panel = panel_width(n_)
+    if panel is None or str(a.ty.dtype) != "float32" or str(w.ty.dtype) != "float32":
+        return None
+    bb = rw.builder_
+    w2 = R.reshape(w, (k_, n_)) if conv else w
+    packed = bb.emit(R.permute_dims(R.reshape(w2, (k_, n_ // panel, panel)), [1, 0, 2]))
+    name = CONV_BLOCK if conv else MATMUL_BLOCK
+    gv = bb.add_func(packed_func(tuple(shape[:-1]), k_, n_, panel, conv), name)
+    return bb.emit(relax.call_tir(gv, [a, packed], relax.TensorType(tuple(out_shape), "float32")))
 
 
 def packed_gemm_pass():
     """The graph pass (name "PackedWeights"): in every Relax function, the float GEMMs by a weight rewritten
-    onto packed panels (`_rewriter`)."""
-    import tvm
-
-    @tvm.ir.transform.module_pass(opt_level=0, name="PackedWeights")
-    def transform(mod, _ctx):
-        return _each_function(mod, _rewriter, weights=True)
-
-    return transform
+    onto packed panels (`_packed_gemm`)."""
+    return weights_pass("PackedWeights", call_rewriter(("relax.nn.conv2d", "relax.matmul"), _packed_gemm))
