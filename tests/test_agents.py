@@ -250,6 +250,7 @@ def test_the_graph_layer_keeps_only_a_correct_and_faster_graph(monkeypatch):
             self.steps.append(kw)
 
     monkeypatch.setattr(leka, "kernels", lambda pid, graph="": ())
+    monkeypatch.setattr(leka, "same_graph", lambda pid, a, b: False)
     a, b = (passes for _, passes in Proposer().graphs())
     for verdicts, kept in (
         ([(False, 0.0), (True, 1.01)], []),  # wrong; within MIN_GAIN: nothing kept
@@ -271,6 +272,51 @@ def test_the_graph_layer_keeps_only_a_correct_and_faster_graph(monkeypatch):
                 "proposal": "graph B",
                 "speedup": out[4],
             }
+
+
+def test_a_graph_change_that_rewrites_nothing_costs_no_judgment(monkeypatch):
+    """_graph_layer skips a graph change whose module is the graph it would be judged against
+    (`same_graph`): recorded as a proposal that changes nothing, no judgment spent; the next one is judged."""
+    from edgekernelbench.agents import leka
+    from edgekernelbench.records import Result
+
+    judged, steps = [], []
+
+    class Proposer:
+        graph = ""
+
+        def graphs(self):
+            return [
+                ("no-op", [{"name": "FoldConstant", "args": {}}]),
+                ("real", [{"name": "FuseTIR", "args": {}}]),
+            ]
+
+        def start(self, name):
+            return None
+
+    class Ep:
+        problem, method = get_problem(TINY), "leka"
+        cfg = type("Cfg", (), {"reuse": False})
+
+        def judge(self, spec, **kw):
+            judged.append(spec.decisions.graph["passes"])
+            return Result(
+                problem=TINY, sample=4, backend="host-cpu", correct=True, speedups={"tvm-default": 1.0}
+            )
+
+        def record(self, **kw):
+            steps.append(kw)
+
+    monkeypatch.setattr(leka, "kernels", lambda pid, graph="": ())
+    monkeypatch.setattr(leka, "same_graph", lambda pid, a, b: "FoldConstant" in b)
+    leka._graph_layer(Ep(), None, Proposer(), "t", best=1.0)
+    assert judged == [[{"name": "FuseTIR", "args": {}}]]
+    assert steps[0] == {
+        "kind": "proposal",
+        "layer": "graph",
+        "proposal": "no-op",
+        "error": "changes nothing in this graph",
+    }
 
 
 def test_a_graph_is_also_kept_by_its_kernels_total_time():
@@ -331,6 +377,7 @@ def test_a_dropped_graph_change_is_judged_again_on_the_tuned_kernels(monkeypatch
         graph_key(split): (KernelInfo("a", "x", "conv2d", None),),
     }
     monkeypatch.setattr(leka, "kernels", lambda pid, graph="": graphs[graph])
+    monkeypatch.setattr(leka, "same_graph", lambda pid, a, b: False)  # the kernels above are scripted
 
     class Ep:
         problem, method = get_problem(TINY), "leka"

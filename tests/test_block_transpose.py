@@ -110,3 +110,15 @@ def test_a_graph_change_that_adds_kernel_calls_must_be_faster_as_a_whole():
     assert leka.improves_whole(res(55.7, [8.0, 8.0]), 55.0, best_rows)  # two calls, 20% less kernel time
     assert not leka.improves_whole(res(55.7, [5.0, 5.0, 5.0]), 55.0, best_rows)  # three calls
     assert leka.improves_whole(res(62.0, [5.0, 5.0, 5.0]), 55.0, best_rows)  # faster as a whole
+
+
+def test_a_graph_change_that_rewrites_nothing_is_not_judged():
+    """`same_graph`: BlockTranspose on a model whose transposes hold no whole tile (here, none at all) leaves
+    the module as it was -- LEKA's graph layer then skips it without spending a judgment; on channels last's
+    transposes of a pointwise convolution it does not."""
+    from edgekernelbench.search.graph import same_graph
+
+    assert same_graph("L1/softmax_mobilebert_attn", "", graph_key(BLOCK_TRANSPOSE))
+    pid = "L1/pwconv_vww_64x128"
+    assert not same_graph(pid, graph_key(NHWC), graph_key(NHWC + BLOCK_TRANSPOSE))
+    assert same_graph(pid, graph_key(NHWC), graph_key(NHWC))

@@ -42,7 +42,7 @@ from ..generators.reference_candidates import reference_spec
 from ..harness.api import TimingConfig
 from ..ir.spec import SCHEDULE_LAYERS, Decisions, KernelSpec
 from ..kerneldb import Entry, KernelDB
-from ..search.graph import graph_key
+from ..search.graph import graph_key, same_graph
 from ..search.kernels import backend_target_key, concat_traces, kernels, tvm_version
 from .budget import BudgetExhausted
 from .episode import OBJECTIVE, Episode, profile_rows, score, verdict_text
@@ -210,6 +210,9 @@ def _graph_layer(
             ks = {k.name: k for k in kernels(ep.problem.id, proposer.graph)}
         except EKBError as e:  # the passes do not apply to this graph: not an alternative
             ep.record(kind="proposal", layer="graph", proposal=label, error=str(e))
+            continue
+        if same_graph(ep.problem.id, graph_key(passes_kept), proposer.graph):
+            ep.record(kind="proposal", layer="graph", proposal=label, error="changes nothing in this graph")
             continue
         state: dict[str, dict] = {}
         reused = _reuse(ep, db, ks, target, state)

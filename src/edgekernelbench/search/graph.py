@@ -243,6 +243,17 @@ def graph_reference(problem_id: str, key: str = ""):
     return with_graph(problem, ref, graph_passes(key)) if key else ref
 
 
+def same_graph(problem_id: str, key_a: str, key_b: str) -> bool:
+    """Whether graphs `key_a` and `key_b` of a problem are one module (a graph change that rewrote nothing:
+    BlockTranspose where no transpose holds a whole tile, resnet8_ic's 3-channel input), structurally."""
+    import tvm_ffi
+
+    if key_a == key_b:
+        return True
+    a, b = graph_reference(problem_id, key_a).module, graph_reference(problem_id, key_b).module
+    return bool(tvm_ffi.structural_equal(a, b))
+
+
 def with_graph(problem, reference, passes: list[dict]):
     """`reference` (the problem's) rebuilt with graph passes (ir.replay.apply_graph_decisions: what depends
     on weights only is lifted into main_transform_params); raises DecisionError when they do not apply."""
