@@ -311,6 +311,10 @@ def test_a_graph_change_that_rewrites_nothing_costs_no_judgment(monkeypatch):
     monkeypatch.setattr(leka, "same_graph", lambda pid, a, b: "FoldConstant" in b)
     leka._graph_layer(Ep(), None, Proposer(), "t", best=1.0)
     assert judged == [[{"name": "FuseTIR", "args": {}}]]
+    # nor judged again on the tuned kernels (_graph_retry's _retry_one)
+    trial = [{"name": "FoldConstant", "args": {}}]
+    assert leka._retry_one(Ep(), "no-op", trial, {}, {}, {}, leka.Whole([]), 1.0, []) is None
+    assert len(judged) == 1
     assert steps[0] == {
         "kind": "proposal",
         "layer": "graph",

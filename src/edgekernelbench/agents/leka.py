@@ -285,6 +285,8 @@ def _retry_one(
     except EKBError as e:
         ep.record(kind="proposal", layer="graph", proposal=label, error=str(e))
         return None
+    if same_graph(ep.problem.id, graph_key(whole.passes), graph_key(trial)):
+        return None  # the change rewrites nothing in this graph (see _graph_layer)
     if [k.op_class for k in new] != [k.op_class for k in ks.values()]:
         return None  # another set of kernels: the decisions have nowhere to go
     names = dict(zip(ks, (k.name for k in new), strict=True))  # this graph's kernel -> the change's
