@@ -8,7 +8,8 @@ output channel, contiguous in the output and in the re-laid-out weights, becomes
 small-spatial and odd-length convolutions then vectorize without gathers or partial vectors), at the price
 of transposing the activations where the graph enters and leaves that layout; depthwise convolutions
 whose sums start at their bias (ir/bias_init.py: no add in the epilogue); fast math
-(approximations of softmax, exp, erf, tanh that vectorize). A model with ONNX Clip gets channels last
+(approximations of softmax, exp, erf, tanh that vectorize); the activations' transposes as tiles through
+registers (ir/block_transpose.py). A model with ONNX Clip gets channels last
 after ClipAsOps (ir/clip_ops.py: the importer's clamp kernels as Relax operators, which ConvertLayout
 carries the layout through and FuseOps fuses into the convolution). LEKA tries them one after the other,
 each on top of those already kept. Packed layouts (NCHW[x]c) are not offered: TVM 0.27's Relax has no
