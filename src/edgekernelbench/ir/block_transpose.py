@@ -156,7 +156,11 @@ def _blocked(rw, call):
     axes = tuple(int(a) for a in call.attrs.axes) if call.attrs.axes is not None else None
     view = transpose_view(shape, axes if axes is not None else tuple(reversed(range(len(shape)))))
     dtype = str(data.ty.dtype)
-    t = tile_width(np.dtype(dtype).itemsize, view[1], view[2]) if view is not None else None
+    try:  # numeric types NumPy knows (not bool: TVM packs it in other ways than its vectors of bytes)
+        itemsize = np.dtype(dtype).itemsize if dtype != "bool" else None
+    except TypeError:  # bfloat16, float8 ...: left to TVM's loop
+        itemsize = None
+    t = tile_width(itemsize, view[1], view[2]) if view is not None and itemsize else None
     if t is None:
         return None
     gv = rw.builder_.add_func(block_transpose_func(shape, out_shape, *view, dtype, t), BLOCK)
