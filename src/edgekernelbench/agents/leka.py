@@ -377,10 +377,10 @@ def improves_whole(res, best: float, rows: list[dict] | None, same: frozenset = 
     the kernels' total 4.5 -> 3.8 us, the block 27x -> 25x over tvm-default)."""
     if improves(res, best):
         return True
-    s = score(res)
-    if sum(r["calls"] for r in profile_rows(res)) > sum(r.get("calls", 1) for r in rows or []):
+    s, new_rows = score(res), profile_rows(res)
+    if sum(r["calls"] for r in new_rows) > sum(r.get("calls", 1) for r in rows or []):
         return False
-    changed = [r for r in profile_rows(res) if r["kernel"] not in same]
+    changed = [r for r in new_rows if r["kernel"] not in same]
     after, before = total_us(changed), total_us([r for r in rows or [] if r["kernel"] not in same])
     return s is not None and after > 0 and before > 0 and after * MIN_GAIN < before and s * WHOLE_SLACK > best
 

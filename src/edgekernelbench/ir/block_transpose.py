@@ -18,10 +18,11 @@ elements instead of 16. Where a side is not a multiple of t, its last tile start
 end and overlaps the one before (36 pixels: tiles at 0, 16 and 20), so every element moves in vectors.
 The values are moved, never computed: the output is the transpose bit for bit.
 
-The kernel is plain TIR without blocks (TVMScript cannot bind a vector to a name without allocating it;
-the tile is one expression DAG, which LLVM's CSE keeps at t loads): it is opaque to FuseOps (op_pattern 8),
-so a dequantize or requantize that TVM fused with the transpose becomes its own elementwise kernel, and
-to the schedule search (no blocks: nothing to schedule). Tile width: 16 elements of 2 to 4 bytes (one
+The kernel is built as TIR, not TVMScript (TVMScript cannot bind a vector to a name without allocating
+it: a workspace per name; the tile is one expression DAG, which LLVM's CSE keeps at t loads), its loops in
+the root block alone, with no block of their own: opaque to FuseOps (op_pattern 8), so a dequantize or
+requantize that TVM fused with the transpose becomes its own elementwise kernel, and to the schedule search
+(no block to schedule). Tile width: 16 elements of 2 to 4 bytes (one
 AVX-512 register of float32), 32 of 1 byte where both sides are that long (uint8 rows of 1536 x 32: 2.6
 us with 32, 4.4 with 16), 8 of 8 bytes. Measured standalone on the AVX-512 Xeon of the docs' runs: 1536 x
 32 float32 6.3 us (TVM's loop: 13.2), 64 x 144 float32 0.9 us."""
@@ -51,7 +52,7 @@ def transpose_view(shape: tuple[int, ...], axes: tuple[int, ...]) -> tuple[int, 
     return math.prod(shape[:k]), math.prod(shape[k:j]), math.prod(shape[j:])
 
 
-def tile_width(itemsize: int, rows: int, cols: int) -> int | None:
+def tile_width(itemsize: int | None, rows: int, cols: int) -> int | None:
     """The tile's side for elements of `itemsize` bytes (see the module docstring); None where a [rows,
     cols] transpose holds no whole tile."""
     t = {1: 32, 2: 16, 4: 16, 8: 8}.get(itemsize)
@@ -121,9 +122,8 @@ def block_transpose_func(in_shape, out_shape, batch: int, rows: int, cols: int, 
         return tirx.For(var, i32(0), i32(extent), tirx.ForKind.SERIAL, body)
 
     # the whole tiles, then (where a side is not a multiple of t) a last tile that ends with it and overlaps
-    # the one before: its overlap is transposed twice, to the same place. Each region its own loop nest
-    # with constant offsets (an offset min(i * t, n - t) in one loop would read as a multiple of t to the
-    # alignment analysis, and the vectors would be accessed as aligned where they are not)
+    # the one before: its overlap is transposed twice, to the same place. Each region its own loop nest,
+    # its offsets i * t or a constant
     rt, ct = rows // t, cols // t
     row_starts = [(rt, lambda ri: ri * i32(t))] + ([(1, lambda _: i32(rows - t))] if rows % t else [])
     col_starts = [(ct, lambda ci: ci * i32(t))] + ([(1, lambda _: i32(cols - t))] if cols % t else [])

@@ -104,7 +104,7 @@ def graph_alternatives(problem, backend=None) -> list[tuple[str, list[dict]]]:
         out.append(("graph: float GEMMs on packed weight panels (re-laid out once)", PACKED_WEIGHTS))
     channels_last = any(NHWC[0] in passes for _, passes in out)
     transposes = channels_last or any(n.op_type == "Transpose" for n in nodes)
-    if transposes and backend is not None and _llvm_target(backend, bool):
+    if transposes and backend is not None and _llvm_target(backend, lambda _target: True):  # any LLVM CPU
         out.append(
             ("graph: layout transposes as register tiles (vector loads, shuffles, stores)", BLOCK_TRANSPOSE)
         )
