@@ -113,8 +113,10 @@ def kernel_calls(problem, spec, target):
     return [(name, main[name], lib, call_args) for name, call_args, _ in calls]
 
 
-def measure(problem, spec, peak: dict, cfg: TimingConfig, min_share: float) -> list[dict]:
-    """One row per compute-bound kernel call of the candidate (see the module docstring)."""
+def measure(problem, spec, peak: dict, cfg: TimingConfig, min_share: float, extra=None) -> list[dict]:
+    """One row per compute-bound kernel call of the candidate (see the module docstring). `extra`: a
+    callable (kernel name, runtime module, call args) -> {label: contender} timed in the same rounds as the
+    kernel and the peak (benchmarks/kernel_profile.py); every contender's timing is in the row's "times"."""
     import tvm
 
     from edgekernelbench.reference import kernel_flops
@@ -169,9 +171,8 @@ def measure(problem, spec, peak: dict, cfg: TimingConfig, min_share: float) -> l
         out_bytes = float(call_args[-1].numpy().nbytes)
         contender, contender_ops = int8 if dot else (peak_run, peak_flops)
         roof = (peak.get("int8_ops") or measure_int8_ops(target)) if dot else peak["flops"]
-        times = time_interleaved(
-            {"kernel": evaluator_timer(lib.mod, name, dev, call_args), "peak": contender}, cfg
-        )
+        contenders = {"kernel": evaluator_timer(lib.mod, name, dev, call_args), "peak": contender}
+        times = time_interleaved({**contenders, **(extra(name, lib.mod, call_args) if extra else {})}, cfg)
         line = roofline(
             flops,
             nbytes,
@@ -196,30 +197,44 @@ def measure(problem, spec, peak: dict, cfg: TimingConfig, min_share: float) -> l
                 "side_by_side": frac,
                 "ci": (lo, hi),
                 "peak_gflops": contender_ops / times["peak"].median / 1e9,
+                "times": times,
             }
         )
     return rows
 
 
-def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def run_arguments(description: str) -> argparse.ArgumentParser:
+    """The arguments of this script and of kernel_profile.py: a run, a method, problems, rounds, a share."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("run_dir", type=Path)
     ap.add_argument("--method", default="leka", help="agent method whose candidates are measured")
     ap.add_argument("--ids", nargs="*", help="problem ids (default: every problem in the run)")
     ap.add_argument("--rounds", type=int, default=25)
     ap.add_argument("--min-share", type=float, default=0.05, help="skip kernels below this share of time")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def open_run(args) -> tuple[dict, list[str], dict] | None:
+    """(the run's peak record, its problem ids, each one's (best spec, why not)); None, with one line on
+    stderr, for a directory without a run store or a run without a peak record."""
     if not (args.run_dir / "results.db").is_file():
         print(f"{args.run_dir}: no run store (results.db) there", file=sys.stderr)
-        return 2
-    cfg = TimingConfig(rounds=args.rounds)
+        return None
     with RunStore(args.run_dir) as store:
         peak = store.get_meta("peak:host-cpu:1")
         if not peak:
             print(f"{args.run_dir}: no peak record (peak:host-cpu:1) in the run", file=sys.stderr)
-            return 2
+            return None
         ids = args.ids or sorted({r.problem for r in store.results()})
-        specs = {pid: best_spec(args.run_dir, store, pid, args.method) for pid in ids}
+        return peak, ids, {pid: best_spec(args.run_dir, store, pid, args.method) for pid in ids}
+
+
+def main(argv: list[str]) -> int:
+    args = run_arguments(__doc__.split("\n")[0]).parse_args(argv)
+    cfg = TimingConfig(rounds=args.rounds)
+    if (opened := open_run(args)) is None:
+        return 2
+    peak, ids, specs = opened
     t0 = time.perf_counter()
     rows, skipped = [], []
     for pid in ids:

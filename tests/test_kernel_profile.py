@@ -1,0 +1,118 @@
+"""benchmarks/kernel_profile.py: the machine-code reading (FMA width, the hot loop's instruction mix, the
+issue ceiling), the traffic micro-kernel, and the "why" it prints."""
+
+from __future__ import annotations
+
+import collections
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import kernel_profile as kp  # noqa: E402
+
+# two nested loops: the outer holds one FMA, the inner (the register tile) four, an epilogue's max, a
+# zeroing idiom, loads (one folded into an FMA) and a store; a forward jump that is no loop
+ASM = """
+fused_conv:
+\tpushq\t%rbp
+\tjmp\t.LBB0_3
+.LBB0_1:
+\tvfmadd231ps\t%zmm1, %zmm2, %zmm3
+.LBB0_2:
+\tvxorps\t%xmm9, %xmm9, %xmm9
+\tvbroadcastss\t(%rax,%rcx,4), %zmm4
+\tvmovups\t64(%rdx), %zmm5
+\tvfmadd231ps\t%zmm4, %zmm5, %zmm0
+\tvfmadd231ps\t(%rsi){1to16}, %zmm5, %zmm6
+\tvfmadd231ps\t%zmm4, %zmm5, %zmm7
+\tvfmadd231ps\t%zmm4, %zmm5, %zmm8
+\tvmaxps\t%zmm10, %zmm0, %zmm0
+\tvmovups\t%zmm0, (%rdi)
+\taddq\t$4, %rcx
+\tcmpq\t$64, %rcx
+\tjne\t.LBB0_2
+\tjb\t.LBB0_1
+.LBB0_3:
+\tvfmadd231ss\t%xmm1, %xmm2, %xmm3
+\tretq
+.Lfunc_end0:
+"""
+
+
+def _lines():
+    src = "preamble\n" + ASM
+    return kp.kernel_asm(type("Mod", (), {"inspect_source": lambda self, kind: src})(), "fused_conv")
+
+
+def test_hot_loop_is_the_innermost_loop_with_the_most_fmas():
+    loop = kp.hot_loop(_lines())
+    assert loop.fmas == 4 and loop.fma_lanes == 64
+    assert loop.other_vector == collections.Counter({"vmaxps": 1})  # the zeroing idiom is free
+    assert (loop.loads, loop.stores) == (3, 1)  # broadcast, vector load, the FMA's folded load
+    assert loop.cycles == 2.5  # (4 FMAs + 1 max) / 2 ports
+    assert loop.issue_cap(16) == pytest.approx(64 / (32 * 2.5))
+
+
+def test_fma_width_is_the_widest_fma():
+    lines = _lines()
+    assert kp.fma_lanes(lines) == 16
+    assert kp.fma_lanes([ln.replace("zmm", "ymm") for ln in lines]) == 8
+    assert kp.fma_lanes(["vaddps\t%zmm1, %zmm2, %zmm3"]) is None
+    assert kp.hot_loop(["vfmadd231ps\t%zmm1, %zmm2, %zmm3"]) is None  # no loop
+
+
+def test_a_missing_kernel_reads_as_no_code():
+    mod = type("Mod", (), {"inspect_source": lambda self, kind: ASM})()
+    assert kp.kernel_asm(mod, "other_kernel") == []
+
+
+def _row(**kw):
+    row = {"lanes": 16, "native": 16, "lane_cap": 1.0, "loop": kp.hot_loop(_lines())}
+    row |= {"side_by_side": 0.5, "bytes_share": 0.1}
+    return {**row, **kw}
+
+
+def test_why_names_the_lowest_ceiling_under_the_bar():
+    assert kp.why(_row(lanes=8, lane_cap=0.5)).startswith("FMAs 8 lanes wide (at most 50%)")
+    assert kp.why(_row(side_by_side=0.3, bytes_share=0.6)).startswith("moving its bytes (at most 50%)")
+    serial = kp.why(_row(side_by_side=0.45, bytes_share=0.4))
+    assert serial.startswith("arithmetic and bytes one after the other: 45% + 40%")
+    assert kp.why(_row(side_by_side=0.4, bytes_share=0.1)).startswith("none of these")
+
+
+def test_the_peak_micro_kernel_reads_as_full_width_fmas():
+    """The real thing: TVM's build of the peak FMA loop for this host, read back from its machine code --
+    16 lanes with AVX-512, 8 with AVX2 (16-lane chains split in two), at the full issue rate either way."""
+    import tvm
+
+    from edgekernelbench.backends.peak import _fma_kernel
+    from edgekernelbench.search.rules import build_target
+
+    target = build_target(1)
+    native = kp.native_lanes(target)
+    assert native in (8, 16)
+    lib = tvm.compile(
+        tvm.IRModule({"main": _fma_kernel(8, 16, 1000).with_attr("global_symbol", "main")}), target
+    )
+    loop = kp.hot_loop(kp.kernel_asm(lib.mod, "main"))
+    # eight 16-lane chains per iteration of the source loop, however LLVM splits and unrolls them
+    assert loop is not None and loop.fma_lanes % (8 * 16) == 0 and not loop.other_vector
+    assert loop.issue_cap(native) > 0.9
+
+
+def test_traffic_kernel_moves_the_bytes_it_is_given():
+    from edgekernelbench.search.rules import build_target
+
+    make = kp.traffic_contender(build_target(1))
+    run = make(3 * 256 + 1, 10)  # 4 rows read (rounded up to even), 1 row written
+    seconds = run(2)
+    assert np.isfinite(seconds) and seconds > 0
+
+
+def test_a_directory_without_a_run_is_one_line_and_exit_2(tmp_path, capsys):
+    assert kp.main([str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"{tmp_path}: no run store (results.db) there"]
