@@ -20,9 +20,12 @@ the profile is built from what can be measured and read instead, per kernel:
 - "hot loop": the innermost loop of its machine code that holds the most FMAs (the register tile's
   body), its instructions per iteration: FMAs, other vector arithmetic (on the FMA ports for 512-bit
   operands: max/min, add/mul of an epilogue, conversions, shuffles), loads, stores; and the fraction of
-  the peak that issue alone allows: FMA lanes per iteration / (32 lanes per cycle x the least cycles its
-  uops need -- two vector ALU ops, two loads and one store per cycle, the peak micro-kernel's two FMAs of
-  its width per cycle being the peak).
+  the peak that issue alone allows: its FMA lanes over the peak micro-kernel's (two FMAs of its width per
+  cycle) in the least cycles its uops need -- two loads and one store per cycle; two FMAs per cycle; other
+  vector arithmetic sharing those two ports where the loop uses 512-bit registers (port 1's vector unit is
+  then fused into port 0's), with a third port beside them where it uses none. A model of an Intel core
+  with two 512-bit FMA units (the peak micro-kernel shows whether the core has them), not a simulation:
+  it leaves out latencies, dependences and the loop's branch.
 
 The "why" names the smallest of the three ceilings (lanes, issue, bytes) where it is under the bar; else,
 where the arithmetic at the peak rate plus the bytes' time make up most (SERIAL) of the kernel's time, that
@@ -69,11 +72,13 @@ class HotLoop:
     loads: int
     stores: int
     instructions: int
+    wide: bool  # a 512-bit register in the loop: its vector arithmetic has two ports, else three
 
     @property
     def cycles(self) -> float:
-        """Least cycles per iteration its uops need: 2 vector ALU ops, 2 loads, 1 store per cycle."""
-        return max((self.fmas + self.others) / 2, self.loads / 2, self.stores / 1, 1.0)
+        """Least cycles per iteration its uops need (see the module docstring)."""
+        alu = (self.fmas + self.others) / (2 if self.wide else 3)
+        return max(self.fmas / 2, alu, self.loads / 2, self.stores / 1, 1.0)
 
     @property
     def others(self) -> int:
@@ -142,6 +147,7 @@ def hot_loop(lines: list[str]) -> HotLoop | None:
             loads=sum(1 for m, o in body if any("(" in x for x in o[:-1]) or (len(o) == 1 and "(" in o[0])),
             stores=sum(1 for m, o in body if o and "(" in o[-1] and len(o) > 1 and not m.startswith("cmp")),
             instructions=len(body),
+            wide=any("%zmm" in x for m, o in body for x in o),
         )
         if best is None or loop.fmas > best.fmas:
             best = loop

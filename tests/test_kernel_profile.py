@@ -52,8 +52,12 @@ def test_hot_loop_is_the_innermost_loop_with_the_most_fmas():
     assert loop.fmas == 4 and loop.fma_lanes == 64
     assert loop.other_vector == collections.Counter({"vmaxps": 1})  # the zeroing idiom is free
     assert (loop.loads, loop.stores) == (3, 1)  # broadcast, vector load, the FMA's folded load
-    assert loop.cycles == 2.5  # (4 FMAs + 1 max) / 2 ports
+    assert loop.wide and loop.cycles == 2.5  # (4 FMAs + 1 max) / 2 ports: 512-bit
     assert loop.issue_cap(16) == pytest.approx(64 / (32 * 2.5))
+    narrow = kp.hot_loop([ln.replace("zmm", "ymm") for ln in _lines()])
+    assert not narrow.wide and narrow.fma_lanes == 32
+    assert narrow.cycles == 2.0  # 4 FMAs on two ports, the max on the third
+    assert narrow.issue_cap(16) == pytest.approx(32 / (32 * 2.0))
 
 
 def test_fma_width_is_the_widest_fma():
