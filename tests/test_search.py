@@ -85,7 +85,7 @@ def test_weights_no_tile_shares_stream_from_where_the_whole_operand_lives():
     whole row; neither reads a weight twice in a call, so both stream all 2 MiB from beyond L2 (the model
     had credited the 32-wide tile's slices with a 128 KiB reuse distance, ranked it first, and it measured
     22% slower: 58 vs 45 us, 47% vs 62% of the peak side by side). Bound by the same bytes, the one with
-    less compute per FMA ranks first."""
+    less compute per FMA ranks first. Weights L2 holds keep the estimate by reuse distance."""
     b = packed_pointwise()
     machine = Machine(lanes=16, vector_regs=32, l2_bytes=1024 * 1024)
 
@@ -98,6 +98,10 @@ def test_weights_no_tile_shares_stream_from_where_the_whole_operand_lives():
 
     half, whole = contraction_cost(tile(32), machine), contraction_cost(tile(64), machine)
     assert whole < half
+    # with an L2 of 4 MiB both tiles read their weights from L2, the 32-wide one ranked by its reuse
+    # distance as before (a 128 KiB working set: L2 as well), the estimates compute-bound
+    roomy = Machine(lanes=16, vector_regs=32, l2_bytes=4 * 1024 * 1024)
+    assert contraction_cost(tile(32), roomy) < half and contraction_cost(tile(64), roomy) < whole
 
 
 def test_machine_from_a_profile():
