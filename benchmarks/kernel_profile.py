@@ -136,6 +136,7 @@ def hot_loop(lines: list[str]) -> HotLoop | None:
         fmas = [(m, o) for m, o in body if FMA.match(m)]
         if not fmas:
             continue
+        memory = [(m, o) for m, o in body if not m.startswith(("lea", "nop"))]  # address arithmetic, padding
         loop = HotLoop(
             fmas=len(fmas),
             fma_lanes=sum(_lanes(m, o) for m, o in fmas),
@@ -144,8 +145,8 @@ def hot_loop(lines: list[str]) -> HotLoop | None:
                 for m, o in body
                 if m.startswith("v") and not FMA.match(m) and not MOVE.match(m) and not _zero_idiom(m, o)
             ),
-            loads=sum(1 for m, o in body if any("(" in x for x in o[:-1]) or (len(o) == 1 and "(" in o[0])),
-            stores=sum(1 for m, o in body if o and "(" in o[-1] and len(o) > 1 and not m.startswith("cmp")),
+            loads=sum(1 for m, o in memory if any("(" in x for x in o[:-1]) or (len(o) == 1 and "(" in o[0])),
+            stores=sum(1 for m, o in memory if o and "(" in o[-1] and len(o) > 1 and not m.startswith("cmp")),
             instructions=len(body),
             wide=any("%zmm" in x for m, o in body for x in o),
         )

@@ -14,7 +14,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import kernel_profile as kp  # noqa: E402
 
 # two nested loops: the outer holds one FMA, the inner (the register tile) four, an epilogue's max, a
-# zeroing idiom, loads (one folded into an FMA) and a store; a forward jump that is no loop
+# zeroing idiom, loads (one folded into an FMA), an address computed (no load) and a store; a forward jump
+# that is no loop
 ASM = """
 fused_conv:
 \tpushq\t%rbp
@@ -30,6 +31,7 @@ fused_conv:
 \tvfmadd231ps\t%zmm4, %zmm5, %zmm7
 \tvfmadd231ps\t%zmm4, %zmm5, %zmm8
 \tvmaxps\t%zmm10, %zmm0, %zmm0
+\tleaq\t(%rax,%rcx,4), %rdx
 \tvmovups\t%zmm0, (%rdi)
 \taddq\t$4, %rcx
 \tcmpq\t$64, %rcx
