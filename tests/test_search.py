@@ -71,39 +71,6 @@ def test_panels_keep_a_weight_panel_in_cache():
     assert contraction_cost(small, AVX512, order="panels") <= contraction_cost(small, AVX512)
 
 
-def packed_pointwise(rows=6, panels=16, width=64, k=512) -> BlockFacts:
-    """yamnet's 512 -> 1024 pointwise convolution on 3 x 2 positions over packed weights: D[r, no, ni] +=
-    X[r, k] * W[no, k, ni], iter vars (r, no, ni, k); W is 2 MiB, every weight used by one tile only."""
-    x = Acc("X", [k, 0, 0, 1])
-    w = Acc("W", [0, k * width, 1, width])
-    d = Acc("D", [panels * width, width, 1, 0])
-    return BlockFacts("conv2d", "SSSR", [rows, panels, width, k], d, [x, w])
-
-
-def test_weights_no_tile_shares_stream_from_where_the_whole_operand_lives():
-    """A 6 x 32 tile of the packed pointwise convolution reads half of each weight row, a 6 x 64 tile the
-    whole row; neither reads a weight twice in a call, so both stream all 2 MiB from beyond L2 (the model
-    had credited the 32-wide tile's slices with a 128 KiB reuse distance, ranked it first, and it measured
-    22% slower: 58 vs 45 us, 47% vs 62% of the peak side by side). Bound by the same bytes, the one with
-    less compute per FMA ranks first. Weights L2 holds keep the estimate by reuse distance."""
-    b = packed_pointwise()
-    machine = Machine(lanes=16, vector_regs=32, l2_bytes=1024 * 1024)
-
-    def tile(vt: int) -> TilePlan:
-        groups = [
-            AxisGroup([i], [b.extents[i]], b.write.strides[i], [r.strides[i] for r in b.reads])
-            for i in range(3)
-        ]
-        return TilePlan(b, groups, groups[2], groups[0], vt, 6, 16, False)
-
-    half, whole = contraction_cost(tile(32), machine), contraction_cost(tile(64), machine)
-    assert whole < half
-    # with an L2 of 4 MiB both tiles read their weights from L2, the 32-wide one ranked by its reuse
-    # distance as before (a 128 KiB working set: L2 as well), the estimates compute-bound
-    roomy = Machine(lanes=16, vector_regs=32, l2_bytes=4 * 1024 * 1024)
-    assert contraction_cost(tile(32), roomy) < half and contraction_cost(tile(64), roomy) < whole
-
-
 def test_machine_from_a_profile():
     from edgekernelbench.backends.registry import get_profile
 

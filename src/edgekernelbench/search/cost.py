@@ -14,10 +14,8 @@ spills = two memory operations per accumulator beyond the vector registers (accu
 per moving operand + one broadcast). Without the accumulator cache (memory layer off), every step also
 reads and writes its accumulators. Per tile: initialising and writing back the accumulators and the loop
 overhead (higher without auto-unrolling when the reduction is short). The memory side: each tile streams
-its operands' reduction slices from the smallest cache level that holds what the kernel touches before
-it uses the slice again (an operand larger than L2 that every tile reads a part of its own, none shared:
-the whole operand, until the next call), at that level's bandwidth; the estimate is the larger of the
-compute and memory times (ties broken by the smaller: TIE_BREAK).
+its operands' reduction slices from the smallest cache level that holds the kernel's data, at that
+level's bandwidth; the estimate is the larger of the compute and memory times.
 
 A matrix-vector product scheduled by the stream rule (`stream_cost`) is modelled as its weight streamed
 once, the accumulators in L1: a load, a store and a load of the weight per vector FMA.
@@ -33,11 +31,6 @@ from dataclasses import dataclass
 # bytes per cycle from each level to the core (a rough, CPU-independent ladder: the ranking, not the
 # figure, is what matters)
 LEVEL_BW = (("L1", 128.0), ("L2", 48.0), ("L3", 16.0), ("DRAM", 6.0))
-# points bound by the same time (the same bytes from the same level) are ranked by the other side, their
-# compute: the larger of the two times plus this fraction of the smaller (a tie-break that reorders nothing
-# else). yamnet's 512 x 1024 pointwise convolution streams its 2 MiB of weights with a 6 x 32 tile or a
-# 6 x 64 one; the second, less compute per FMA, ran 22% faster (62% vs 47% of the peak side by side)
-TIE_BREAK = 1e-6
 # loop overhead per reduction step by auto-unroll step (0: loops stay loops; the rules' 64 is the
 # measured default)
 UNROLL_OVERHEAD = {0: 1.0, 16: 0.35, 64: 0.25, 256: 0.3}
@@ -105,7 +98,6 @@ def contraction_cost(
     loads, moving = 0.0, 0
     memory = 0.0  # cycles to bring each tile's operand slices in, from where they live between tiles
     fastest = _fastest_tiles(plan, order)
-    tiled = plan.tiled()
     for acc in b.reads:
         along_v = any((acc.strides[i] or 0) != 0 for i in v_axes)
         along_u = any((acc.strides[i] or 0) != 0 for i in u_axes)
@@ -119,19 +111,12 @@ def contraction_cost(
             loads += 1 / max(1, nvec * ut)  # invariant in the tile: hoisted by the compiler
         sliced = (vt if along_v else 1) * (ut if along_u else 1) * red * elem
         # the next tile moves along the fastest tile axes: a slice that does not depend on them is the
-        # one just used (in L1); one that does cycles through all of them before it comes back; one that
-        # depends on every tiled axis is never used by another tile of the call: it comes back with the
-        # next call, from beyond L2 where the whole operand does not fit there (one that fits streams from
-        # L2 with the prefetchers ahead: the estimate above stays)
+        # one just used (in L1); one that does cycles through all of them before it comes back
         moves = [i for i in (fastest.members if fastest else []) if _touches(acc, i)]
         ws = (
             sliced * max(1, math.prod(b.extents[i] for i in moves) // plan.tile(fastest)) if moves else sliced
         )
-        whole = _operand_bytes(b, acc, elem)
-        unshared = tiled and all(any(_touches(acc, i) for i in g.members) for g in tiled)
-        if unshared and whole > machine.l2_bytes:
-            ws = whole
-        memory += sliced / machine.bandwidth(min(ws, whole))
+        memory += sliced / machine.bandwidth(min(ws, _operand_bytes(b, acc, elem)))
     fmas = nvec * ut
     live = fmas + moving * nvec + 1
     spills = 2.0 * max(0, live - machine.vector_regs)
@@ -148,7 +133,7 @@ def contraction_cost(
     if unroll_step >= 256 and red * fmas > 1024:
         per_step_overhead += 0.25  # a large unrolled body: instruction-cache pressure
     compute = tiles * (red * (step + per_step_overhead) + 2 * fmas + 4)
-    return max(compute, tiles * memory) + TIE_BREAK * min(compute, tiles * memory)
+    return max(compute, tiles * memory)
 
 
 def _touches(acc, i: int) -> bool:
