@@ -106,12 +106,12 @@ def _lanes(mnemonic: str, operands: list[str]) -> int:
     return max((LANES.get(m) for o in operands for m in re.findall(r"%(zmm|ymm|xmm)", o)), default=1)
 
 
-def kernel_asm(lib_mod, name: str) -> list[str]:
-    """The instructions of kernel `name` (its parallel body `name_compute_` where it has one), labels kept."""
-    src = lib_mod.inspect_source("asm")
+def kernel_asm(source: str, name: str) -> list[str]:
+    """The instructions of kernel `name` in a library's assembly `source` (its parallel body `name_compute_`
+    where it has one), labels kept."""
     for sym in (f"{name}_compute_:", f"{name}:"):
-        if (i := src.find(f"\n{sym}")) >= 0:
-            body = src[i + 1 : src.find(".Lfunc_end", i)]
+        if (i := source.find(f"\n{sym}")) >= 0:
+            body = source[i + 1 : source.find(".Lfunc_end", i)]
             return [
                 ln.strip()
                 for ln in body.splitlines()
@@ -168,7 +168,8 @@ def native_lanes(target) -> int:
     from edgekernelbench.backends.peak import CHAINS, _fma_kernel
 
     func = _fma_kernel(CHAINS, 16, 10).with_attr("global_symbol", "main")
-    return fma_lanes(kernel_asm(tvm.compile(tvm.IRModule({"main": func}), target).mod, "main")) or 1
+    lib = tvm.compile(tvm.IRModule({"main": func}), target)
+    return fma_lanes(kernel_asm(lib.mod.inspect_source("asm"), "main")) or 1
 
 
 def _traffic_kernel():
@@ -262,12 +263,13 @@ def main(argv: list[str]) -> int:
         traffic = traffic_contender(target)
         native = native_lanes(target)
         code: dict[str, list[str]] = {}
+        sources: dict[int, str] = {}  # a library's assembly, generated once (every kernel of main shares it)
 
-        def extra(name, lib_mod, call_args, traffic=traffic, code=code):
-            code[name] = kernel_asm(lib_mod, name)
-            out = float(call_args[-1].numpy().nbytes)
-            inputs = float(sum(a.numpy().nbytes for a in call_args[:-1]))
-            return {"bytes": traffic(inputs, out)}
+        def extra(name, lib_mod, in_bytes, out_bytes, traffic=traffic, code=code, sources=sources):
+            if id(lib_mod) not in sources:
+                sources[id(lib_mod)] = lib_mod.inspect_source("asm")
+            code[name] = kernel_asm(sources[id(lib_mod)], name)
+            return {"bytes": traffic(in_bytes, out_bytes)}
 
         for r in measure(get_problem(pid), spec, peak, cfg, args.min_share, extra=extra):
             if r["bound"] != "compute":

@@ -46,7 +46,7 @@ fused_conv:
 
 def _lines():
     src = "preamble\n" + ASM
-    return kp.kernel_asm(type("Mod", (), {"inspect_source": lambda self, kind: src})(), "fused_conv")
+    return kp.kernel_asm(src, "fused_conv")
 
 
 def test_hot_loop_is_the_innermost_loop_with_the_most_fmas():
@@ -71,8 +71,7 @@ def test_fma_width_is_the_widest_fma():
 
 
 def test_a_missing_kernel_reads_as_no_code():
-    mod = type("Mod", (), {"inspect_source": lambda self, kind: ASM})()
-    assert kp.kernel_asm(mod, "other_kernel") == []
+    assert kp.kernel_asm(ASM, "other_kernel") == []
 
 
 def _row(**kw):
@@ -103,7 +102,7 @@ def test_the_peak_micro_kernel_reads_as_full_width_fmas():
     lib = tvm.compile(
         tvm.IRModule({"main": _fma_kernel(8, 16, 1000).with_attr("global_symbol", "main")}), target
     )
-    loop = kp.hot_loop(kp.kernel_asm(lib.mod, "main"))
+    loop = kp.hot_loop(kp.kernel_asm(lib.mod.inspect_source("asm"), "main"))
     # eight 16-lane chains per iteration of the source loop, however LLVM splits and unrolls them
     assert loop is not None and loop.fma_lanes % (8 * 16) == 0 and not loop.other_vector
     assert loop.issue_cap(native) > 0.9

@@ -54,7 +54,7 @@ def transpose_view(shape: tuple[int, ...], axes: tuple[int, ...]) -> tuple[int, 
 
 def tile_width(itemsize: int | None, rows: int, cols: int) -> int | None:
     """The tile's side for elements of `itemsize` bytes (see the module docstring); None where a [rows,
-    cols] transpose holds no whole tile."""
+    cols] transpose holds no whole tile, or for a type the pass leaves alone (`itemsize` None)."""
     t = {1: 32, 2: 16, 4: 16, 8: 8}.get(itemsize)
     if t == 32 and min(rows, cols) < 32:
         t = 16
@@ -160,7 +160,7 @@ def _blocked(rw, call):
         itemsize = np.dtype(dtype).itemsize if dtype != "bool" else None
     except TypeError:  # bfloat16, float8 ...: left to TVM's loop
         itemsize = None
-    t = tile_width(itemsize, view[1], view[2]) if view is not None and itemsize else None
+    t = tile_width(itemsize, view[1], view[2]) if view is not None else None
     if t is None:
         return None
     gv = rw.builder_.add_func(block_transpose_func(shape, out_shape, *view, dtype, t), BLOCK)
