@@ -353,6 +353,47 @@ def test_equal_estimates_rank_the_larger_register_tile_first(monkeypatch):
     assert (top.acc_vectors, top.max_vectors) == (24, 4) and c0 <= c1
 
 
+def test_weights_no_tile_shares_stream_from_where_the_whole_operand_lives(monkeypatch):
+    """yamnet's 512 -> 1024 pointwise convolution on 3 x 2 positions: a 6 x 32 tile reads half of each
+    weight row, a 6 x 64 tile the whole row; no weight is read twice in a call, so both stream all 2 MiB
+    from beyond L2 (the model had credited the 32-wide tile's slices with a 128 KiB reuse distance and
+    ranked it first: it measured 1.21-1.35x slower side by side, 47% against 62% of the peak). Bound by the
+    same bytes, the larger register tile ranks first. An L2 that holds the weights keeps the estimate by
+    reuse distance; a depthwise convolution's input (a window: its bytes by iter var count each input once
+    per tap, and tiles share the halo) keeps it too."""
+    from tvm import te
+
+    from edgekernelbench.search import cost, graph
+    from edgekernelbench.search.rules import analyze, contraction_plan
+    from edgekernelbench.search.variants import KernelSpace
+
+    # as the PackedWeights graph writes it: weight panels of 64 columns, D[r, no, ni] += X[r, k] W[no, k, ni]
+    x = te.placeholder((6, 512), name="x")
+    wt = te.placeholder((16, 512, 64), name="w")
+    k = te.reduce_axis((0, 512), "k")
+    d = te.compute((6, 16, 64), lambda r, no, ni: te.sum(x[r, k] * wt[no, k, ni], axis=k), name="packed")
+    func = te.create_prim_func([x, wt, d])
+    monkeypatch.setattr(
+        graph, "graph_reference", lambda *a, **k: type("R", (), {"primfuncs": lambda s: {"pw": func}})()
+    )
+    (_, top), *_ = KernelSpace("L3/none", "pw", AVX512).ranked
+    assert (top.acc_vectors, top.max_vectors) == (24, 4)
+
+    facts = analyze(func, "pw")
+    half, whole = (contraction_plan(facts, 16, vectors, 6 * vectors) for vectors in (2, 4))
+    assert (half.ut, half.vt, whole.ut, whole.vt) == (6, 32, 6, 64)
+    assert contraction_cost(whole, AVX512) <= contraction_cost(half, AVX512)
+    roomy = Machine(lanes=16, vector_regs=32, l2_bytes=4 * 1024 * 1024)
+    assert contraction_cost(half, roomy) < contraction_cost(half, AVX512)
+
+    dw_facts = analyze(depthwise_nhwc(56, 56, 144), "dw")
+    dw = dw_facts.block(dw_facts.main)
+    image, weight = dw.reads
+    assert cost._windowed(dw, image) and not cost._windowed(dw, weight)
+    assert cost._operand_bytes(dw, image, 4) > AVX512.l2_bytes  # 9 taps x 56 x 56 x 144 floats
+    assert not any(cost._windowed(facts.block(facts.main), r) for r in facts.block(facts.main).reads)
+
+
 def depthwise_nhwc(h: int, w: int, c: int, k: int = 3):
     """A padded k x k depthwise convolution, channels last, as TOPI's group conv writes it (a padding block
     and a reduction over the window rows, the window columns and one input channel)."""

@@ -14,8 +14,11 @@ spills = two memory operations per accumulator beyond the vector registers (accu
 per moving operand + one broadcast). Without the accumulator cache (memory layer off), every step also
 reads and writes its accumulators. Per tile: initialising and writing back the accumulators and the loop
 overhead (higher without auto-unrolling when the reduction is short). The memory side: each tile streams
-its operands' reduction slices from the smallest cache level that holds the kernel's data, at that
-level's bandwidth; the estimate is the larger of the compute and memory times.
+its operands' reduction slices from the smallest cache level that holds what the kernel touches before
+it uses the slice again -- an operand larger than L2 that every tile reads a part of its own (none
+shared, no window: yamnet's 2 MiB of pointwise weights, read once per call whatever the tile) streams
+the whole operand, until the next call -- at that level's bandwidth; the estimate is the larger of the
+compute and memory times.
 
 A matrix-vector product scheduled by the stream rule (`stream_cost`) is modelled as its weight streamed
 once, the accumulators in L1: a load, a store and a load of the weight per vector FMA.
@@ -98,6 +101,7 @@ def contraction_cost(
     loads, moving = 0.0, 0
     memory = 0.0  # cycles to bring each tile's operand slices in, from where they live between tiles
     fastest = _fastest_tiles(plan, order)
+    tiled = plan.tiled()
     for acc in b.reads:
         along_v = any((acc.strides[i] or 0) != 0 for i in v_axes)
         along_u = any((acc.strides[i] or 0) != 0 for i in u_axes)
@@ -111,12 +115,21 @@ def contraction_cost(
             loads += 1 / max(1, nvec * ut)  # invariant in the tile: hoisted by the compiler
         sliced = (vt if along_v else 1) * (ut if along_u else 1) * red * elem
         # the next tile moves along the fastest tile axes: a slice that does not depend on them is the
-        # one just used (in L1); one that does cycles through all of them before it comes back
+        # one just used (in L1); one that does cycles through all of them before it comes back; one that
+        # depends on every tiled axis is never used by another tile of the call: it comes back with the
+        # next call, from beyond L2 where the whole operand does not fit there. Not a window's input:
+        # neighbouring tiles share its halo, and its bytes by iter var count each input once per tap
         moves = [i for i in (fastest.members if fastest else []) if _touches(acc, i)]
         ws = (
             sliced * max(1, math.prod(b.extents[i] for i in moves) // plan.tile(fastest)) if moves else sliced
         )
-        memory += sliced / machine.bandwidth(min(ws, _operand_bytes(b, acc, elem)))
+        whole = _operand_bytes(b, acc, elem)
+        unshared = (
+            tiled and not _windowed(b, acc) and all(any(_touches(acc, i) for i in g.members) for g in tiled)
+        )
+        if unshared and whole > machine.l2_bytes:
+            ws = whole
+        memory += sliced / machine.bandwidth(min(ws, whole))
     fmas = nvec * ut
     live = fmas + moving * nvec + 1
     spills = 2.0 * max(0, live - machine.vector_regs)
@@ -139,6 +152,13 @@ def contraction_cost(
 def _touches(acc, i: int) -> bool:
     s = acc.strides[i]
     return s is None or s != 0
+
+
+def _windowed(b, acc) -> bool:
+    """Whether operand access `acc` of block `b` reads through a window: one of its dimensions indexed by a
+    spatial and a reduction iter var together (a convolution's input: oy * stride + ky)."""
+    red = set(b.reduce)
+    return any(d & red and d - red for d in acc.dims)
 
 
 def _operand_bytes(b, acc, elem: int) -> int:
