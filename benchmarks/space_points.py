@@ -76,6 +76,8 @@ def chosen_points(space, top: int, labels: list[str]) -> list[tuple[int, float, 
         v = space._record(cfg)
         if v is not None:
             out.append((i, cost, cfg.label, v.layers))
+        elif cfg.label in labels:  # a point asked for by name is shown or refused, never left out
+            raise ValueError(f"point {cfg.label!r} does not replay on this kernel")
     return out
 
 
