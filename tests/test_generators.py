@@ -97,6 +97,10 @@ def test_tiles_of_fused_axes_are_rectangles():
     assert rules.vec_tile(28, 16) == 14  # never 16 + 12
     assert rules.vec_tile(64, 16, 2) == 32
     assert rules.vec_tile(5, 16) == 5
+    # a register tile's vectors: a power of two where one divides (48 floats as one LLVM vector: per-lane inserts)
+    assert rules.vec_tile(144, 16, 4) == 48 and rules.vec_tile(144, 16, 4, pow2=True) == 16
+    assert rules.vec_tile(48, 16, 4, pow2=True) == 16 and rules.vec_tile(24, 8, 4, pow2=True) == 8
+    assert rules.vec_tile(64, 16, 4, pow2=True) == 64 and rules.vec_tile(96, 16, 4, pow2=True) == 32
     assert rules.default_vector_lanes("znver4") == 16
     assert rules.default_vector_lanes("cortex-a72") == 8
 

@@ -453,6 +453,18 @@ def test_a_depthwise_tile_slides_along_its_window_where_that_loads_less():
     np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-5)
 
 
+def test_a_register_tile_is_never_three_vectors_wide():
+    """144 channels, 4 vectors at most: 48 lanes divide the axis, but TVM vectorizes the tile as one LLVM
+    vector of 48 floats, which this LLVM builds with a per-lane insert per element (inverted_residual_s2's
+    depthwise: 455 -> 43 us with 16 lanes); the tile takes one vector (32 does not divide 144). 96 channels
+    take 2."""
+    from edgekernelbench.search.rules import analyze, contraction_plan
+
+    assert contraction_plan(analyze(depthwise_nhwc(14, 14, 144), "dw"), 16, 4, 12).vt == 16
+    assert contraction_plan(analyze(depthwise_nhwc(14, 14, 96), "dw"), 16, 4, 12).vt == 32
+    assert contraction_plan(analyze(depthwise_nhwc(14, 14, 64), "dw"), 16, 4, 12).vt == 64
+
+
 def test_a_short_axis_is_tiled_whole_where_the_other_would_be_cut(monkeypatch):
     """KWS's stem (10 x 4 window, stride 2, one input channel, 25 x 5 x 64 outputs, padding inlined): the
     register tile takes all 5 columns rather than 5 of the 25 rows (the same reuse, the same 20

@@ -214,12 +214,19 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def vec_tile(extent: int, lanes: int, max_vectors: int = 2, valid: list[int] | None = None) -> int:
+def vec_tile(
+    extent: int, lanes: int, max_vectors: int = 2, valid: list[int] | None = None, pow2: bool = False
+) -> int:
     """The vectorized tile of an axis: whole vectors when the extent allows, else at most one
     (partial) vector. A tile of several vectors with a partial one (e.g. 28 = 16 + 12) makes LLVM
-    spill its accumulators, so it is never chosen. `valid`: the tiles allowed (default: divisors)."""
+    spill its accumulators, so it is never chosen. `valid`: the tiles allowed (default: divisors).
+    `pow2`: a power-of-two number of vectors where one divides (a register tile's vectorized loop
+    becomes one LLVM vector of the tile's width, and this LLVM lowers one of 3 x 16 floats with a
+    per-lane insert per element: 10-35x slower tiles, see docs/leka_vs_metaschedule.md)."""
     valid = valid or _divisors(extent)
     whole = [t for t in valid if t % lanes == 0 and t <= max_vectors * lanes]
+    if pow2:
+        whole = [t for t in whole if (t // lanes) & (t // lanes - 1) == 0] or whole
     return max(whole) if whole else max(t for t in valid if t <= lanes)
 
 

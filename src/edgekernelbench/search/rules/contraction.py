@@ -111,7 +111,7 @@ def contraction_plan(
         groups = unroll_merges(b, groups, gv)
         gu = choose_unroll_group(groups, gv)
         nv = max_vectors or (MAX_VEC_TILE if gu is None else MAX_VEC_ROWS)
-        vt = vec_tile(gv.extent, lanes, nv, gv.tiles())
+        vt = vec_tile(gv.extent, lanes, nv, gv.tiles(), pow2=True)
         if len(gv.members) == 1 or vt > gv.extents[-1]:
             break
         # the tile fits in the innermost axis: merging would only add index divisions
