@@ -475,39 +475,136 @@ def test_a_dropped_graph_change_is_judged_again_on_the_tuned_kernels(monkeypatch
     assert ("r", "quantize", "loop") not in builtin.tried
 
 
-def test_when_the_patience_ends_the_first_pass_the_dropped_graph_changes_are_judged_first(monkeypatch):
-    """run_leka, its layers scripted: the patience stops the search in the first pass, before the graph
-    changes the graph layer dropped were judged again (here as the first pass ends: the retry's own charge
-    raises); they are judged then (the patience's count reset for them, the evaluation budget as it is),
-    and the search stops on the patience."""
+def test_a_dropped_graph_change_that_calls_other_kernels_is_judged_at_their_first_points(monkeypatch):
+    """_graph_retry, scripted judge: a dropped change whose graph calls other kernels (channels last: a
+    transpose before and after the convolution) is judged again with its kernels at the proposer's first
+    points in that graph (the cost model's cheapest point; here scripted), a kernel with a tuned kernel's
+    workload keeping the tuned decisions; kept when faster (the proposer moved to the new graph), dropped
+    when not (the proposer left on the old one). A proposer with no first points (the scripted ones of
+    the test above) judges no such change."""
+    from edgekernelbench.agents import leka
+    from edgekernelbench.records import Result
+    from edgekernelbench.search.graph import graph_key
+    from edgekernelbench.search.kernels import KernelInfo
+
+    nhwc = [{"name": "ConvertLayout", "args": {}}]
+    graphs = {
+        "": (KernelInfo("conv", "w_nchw", "conv2d", None), KernelInfo("relu", "w_relu", "injective", None)),
+        graph_key(nhwc): (
+            KernelInfo("transpose", "w_t", "injective", None),
+            KernelInfo("conv_nhwc", "w_nhwc", "conv2d", None),
+            KernelInfo("relu_1", "w_relu", "injective", None),
+            KernelInfo("transpose1", "w_t1", "injective", None),
+        ),
+    }
+    monkeypatch.setattr(leka, "kernels", lambda pid, graph="": graphs[graph])
+    monkeypatch.setattr(leka, "same_graph", lambda pid, a, b: False)
+
+    class Ep:
+        problem, method = get_problem(TINY), "leka"
+
+        def __init__(self, s):
+            self.s, self.judged, self.steps = s, [], []
+
+        def judge(self, spec, **kw):
+            self.judged.append((spec, kw["label"]))
+            res = Result(
+                problem=TINY, sample=4, backend="host-cpu", correct=True, speedups={"tvm-default": self.s}
+            )
+            res.speedup_ci = {"tvm-default": [self.s * 0.99, self.s * 1.01]}
+            return res
+
+        def record(self, **kw):
+            self.steps.append(kw)
+
+    class Proposer:
+        graph = ""
+
+        def __init__(self):
+            self.asked = []
+
+        def first_point(self, name):
+            self.asked.append((self.graph, name))
+            return {"loop": [["first", name]]} if name != "transpose1" else None
+
+    tuned = {"conv": {"loop": [["tile", "conv"]]}, "relu": {"loop": [["vectorize", "relu"]]}}
+    ks = {k.name: k for k in graphs[""]}
+    workloads = {k.name: k.workload for k in graphs[""]}
+    rows = [{"kernel": "conv", "us": 9.0, "share": 0.9}, {"kernel": "relu", "us": 1.0, "share": 0.1}]
+    for s in (20.0, 9.0):  # the best so far: 10x over tvm-default
+        prop, whole, ep = Proposer(), leka.Whole(), Ep(s)
+        out = leka._graph_retry(
+            ep, prop, ks, dict(tuned), set(), workloads, whole, 10.0, rows, [("channels last", nhwc)]
+        )
+        ((spec, label),) = ep.judged
+        assert "first points" in label and spec.decisions.graph["passes"] == nhwc
+        assert spec.decisions.loop == {
+            "transpose": [["first", "transpose"]],
+            "conv_nhwc": [["first", "conv_nhwc"]],
+            "relu_1": [["vectorize", "relu"]],  # relu's workload: its tuned decisions
+        }
+        # asked in the new graph, and only for the kernels no tuned kernel stands for
+        assert prop.asked == [(graph_key(nhwc), n) for n in ("transpose", "conv_nhwc", "transpose1")]
+        ks2, state2, _, workloads2, best2, _ = out
+        if s > 10.0:
+            assert list(ks2) == [k.name for k in graphs[graph_key(nhwc)]] and best2 == 20.0
+            assert whole.passes == nhwc and prop.graph == graph_key(nhwc)
+            assert state2 == {n: {"loop": t} for n, t in spec.decisions.loop.items()}
+        else:
+            assert (ks2, best2, whole.passes, prop.graph) == (ks, 10.0, [], "")
+
+    class NoFirst:
+        graph = ""
+
+    ep = Ep(20.0)
+    leka._graph_retry(
+        ep, NoFirst(), ks, dict(tuned), set(), workloads, leka.Whole(), 10.0, rows, [("cl", nhwc)]
+    )
+    assert ep.judged == []
+
+
+def test_the_builtin_proposers_first_point_is_the_models_cheapest_and_counts_as_tried():
+    """BuiltinProposer.first_point: the cost model's cheapest point of a kernel's space that builds, every
+    layer filled; counted as tried, so the loop layer's first proposal afterwards is another point."""
+    from edgekernelbench.agents.proposers import BuiltinProposer, LayerRequest
+    from edgekernelbench.search.kernels import kernels
+
+    ep = type("Ep", (), {"problem": get_problem(MATMUL)})()
+    ep.cfg = type("Cfg", (), {"backend": get_profile("host-cpu", 1), "threads": 1})()
+    prop = BuiltinProposer(ep)
+    (k,) = [k for k in kernels(MATMUL) if k.op_class != "injective"]
+    cheapest = next(prop.space(k.name).alternatives("loop", {}, set()))
+    first = prop.first_point(k.name)
+    assert first == cheapest.layers and {"loop", "target"} <= set(first)
+    nxt = prop.propose(LayerRequest(k, "loop", {}))
+    assert nxt is not None and nxt.layers["loop"] != first["loop"]
+
+
+def _run_leka_scripted(monkeypatch, graph_retry, rejected: list, layers: list | None = None):
+    """run_leka on a one-kernel problem, its layers scripted: the graph layer drops `rejected`; every kernel
+    decision is judged and not kept (its kernel and the proposer's graph go into `layers`), until the
+    patience (3) stops the search; `graph_retry` stands for leka._graph_retry. Returns the episode."""
     from edgekernelbench.agents import leka
     from edgekernelbench.agents.budget import Budget, Usage
     from edgekernelbench.records import Result
     from edgekernelbench.search.kernels import KernelInfo
 
-    rint = [{"name": "QuantizeRint", "args": {}}]
     monkeypatch.setattr(leka, "kernels", lambda pid, graph="": (KernelInfo("conv", "w", "conv2d", None),))
     monkeypatch.setattr(leka, "KernelDB", lambda path: type("DB", (), {"close": lambda self: None})())
     monkeypatch.setattr(leka, "_remember", lambda *a: None)
     monkeypatch.setattr(leka, "backend_target_key", lambda backend: "t")
+    monkeypatch.setattr(leka, "_kernels_that_matter", lambda rows, ks, peak: list(ks))
+    monkeypatch.setattr(
+        leka, "_graph_layer", lambda ep, db, p, t, best, rows, base, out: out.extend(rejected)
+    )
 
-    def graph_layer(ep, db, proposer, target, best, rows, base, rejected):
-        rejected.append(("rint", rint))
-
-    def layer(ep, *a):  # every kernel decision judged and not kept, until the patience stops the search
+    def layer(ep, proposer, kernel, layer, state, best, rows, *a):
         ep.usage.charge_eval()
         ep.usage.judged(False)
-        return a[5], a[6]
+        if layers is not None:
+            layers.append((kernel.name, proposer.graph))
+        return best, rows
 
-    retried = []
-
-    def graph_retry(ep, proposer, ks, state, reused, workloads, whole, best, rows, rejected):
-        retried.append((ep.usage.since_improved, list(rejected)))
-        ep.usage.charge_eval()  # the judgment of the change: within the evaluation budget
-        rejected.clear()
-        return ks, state, reused, workloads, best, rows
-
-    monkeypatch.setattr(leka, "_graph_layer", graph_layer)
     monkeypatch.setattr(leka, "_layer", layer)
     monkeypatch.setattr(leka, "_graph_retry", graph_retry)
 
@@ -540,11 +637,53 @@ def test_when_the_patience_ends_the_first_pass_the_dropped_graph_changes_are_jud
 
     ep = Ep()
     leka.run_leka(ep, Proposer())
+    return ep
+
+
+def test_when_the_patience_ends_the_first_pass_the_dropped_graph_changes_are_judged_first(monkeypatch):
+    """run_leka, its layers scripted: the patience stops the search in the first pass, before the graph
+    changes the graph layer dropped were judged again (here as the first pass ends: the retry's own charge
+    raises); they are judged then (the patience's count reset for them, the evaluation budget as it is),
+    and, none kept, the search stops on the patience."""
+    rint = [{"name": "QuantizeRint", "args": {}}]
+    retried = []
+
+    def graph_retry(ep, proposer, ks, state, reused, workloads, whole, best, rows, rejected):
+        retried.append((ep.usage.since_improved, list(rejected)))
+        ep.usage.charge_eval()  # the judgment of the change: within the evaluation budget
+        rejected.clear()
+        return ks, state, reused, workloads, best, rows
+
+    ep = _run_leka_scripted(monkeypatch, graph_retry, [("rint", rint)])
     # at the end of the first pass, the patience used up (3 judgments not kept): its charge stops the search;
     # then the change is judged, the patience's count reset for it
     assert retried == [(3, [("rint", rint)]), (0, [("rint", rint)])]
     assert ep.usage.stopped == "patience" and ep.usage.evals == 1 + 3 + 1  # start, 3 decisions, the change
     assert ep.steps[-1]["kind"] == "stop" and "patience" in ep.steps[-1]["why"]
+
+
+def test_a_graph_change_kept_after_the_patience_resumes_the_search(monkeypatch):
+    """As above, but the dropped change judged when the patience ends the first pass is kept: the search goes
+    on over the new graph's kernels (a "resume" step) until the patience ends it again."""
+    from edgekernelbench.search.kernels import KernelInfo
+
+    nhwc = [{"name": "ConvertLayout", "args": {}}]
+
+    def graph_retry(ep, proposer, ks, state, reused, workloads, whole, best, rows, rejected):
+        ep.usage.charge_eval()
+        ep.usage.judged(True)
+        rejected.clear()
+        whole.passes, proposer.graph = nhwc, "cl"
+        new = {"conv_nhwc": KernelInfo("conv_nhwc", "w2", "conv2d", None)}
+        return new, {"conv_nhwc": {}}, set(), {"conv_nhwc": "w2"}, best * 2, rows
+
+    layers = []
+    ep = _run_leka_scripted(monkeypatch, graph_retry, [("cl", nhwc)], layers)
+    kinds = [s["kind"] for s in ep.steps]
+    assert "resume" in kinds and kinds[-1] == "stop" and "patience" in ep.steps[-1]["why"]
+    # 3 decisions on the first graph's kernel, the change, then the new graph's kernel until the patience
+    assert layers == [("conv", "")] * 3 + [("conv_nhwc", "cl")] * 3
+    assert ep.usage.stopped == "patience" and ep.usage.evals == 1 + 3 + 1 + 3
 
 
 def test_the_target_layer_keeps_fast_math_only_when_correct_and_faster():

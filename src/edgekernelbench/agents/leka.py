@@ -23,7 +23,9 @@
    and instruction, or where the output is wrong) and ask again, up to ATTEMPTS times.
    After the first pass (or when the patience ends it), the correct graph changes the graph layer dropped
    are judged again on the tuned kernels, their decisions carried to the changed graph's kernels by call
-   order (`_graph_retry`).
+   order, or, where the change calls other kernels, its kernels at the proposer's first points
+   (`_graph_retry`). A change kept there after the patience ended the search resumes it on the new graph's
+   kernels with what is left of the budget.
 4. Revisit the kernels while budget remains (up to MAX_PASSES passes; the builtin proposer offers only
    points not tried yet, so a pass in which it offered nothing ends the search before the budget does).
 The search's judgments time the candidate against tvm-default only and profile its kernels once per pass
@@ -119,54 +121,105 @@ def run_leka(ep: Episode, proposer) -> None:
             ep.record(kind="start-dropped", why=verdict_text(res))
             state, reused = {}, set()
             res = ep.judge(build_spec(problem, state, ep.method), label="reference")
-        best = score(res) or 0.0
-        rows = profile_rows(res)
+        t = _Tuning(ks, state, reused, workloads, score(res) or 0.0, profile_rows(res))
         whole = Whole()
         rejected: list = []  # graph changes dropped at the starting points (judged again once: _graph_retry)
         try:
-            state, best, rows = _drop_slower_starts(ep, state, started, res, best, rows, workloads)
+            t.state, t.best, t.rows = _drop_slower_starts(
+                ep, t.state, started, res, t.best, t.rows, t.workloads
+            )
             if res.correct and hasattr(proposer, "graphs"):
-                kept = _graph_layer(ep, db, proposer, target, best, rows, workloads, rejected)
+                kept = _graph_layer(ep, db, proposer, target, t.best, t.rows, t.workloads, rejected)
                 if kept is not None:
-                    ks, state, reused, whole.passes, best, rows = kept
-                    workloads = {k.name: k.workload for k in ks.values()}
+                    t.ks, t.state, t.reused, whole.passes, t.best, t.rows = kept
+                    t.workloads = {k.name: k.workload for k in t.ks.values()}
             if res.correct and hasattr(proposer, "target_options"):
-                best, rows = _target_layer(ep, proposer, state, workloads, whole, best, rows)
-            tally = Progress()  # the keeps since the last progress (patience)
-            for pass_ in range(MAX_PASSES):
-                spent = (ep.usage.evals, ep.usage.calls)
-                # one judgment per pass profiles every kernel of the candidate (their shares for the next
-                # pass; tvm-default's are not needed after the start: seconds on an L3 model), the others
-                # only the kernel they change
-                profile = {"next": list(ks) if pass_ > 0 and len(ks) > 1 else None}
-                for name in _kernels_that_matter(rows, ks, ep.cfg.peak):
-                    if pass_ == 0 and name in reused:
-                        continue
-                    for layer in SCHEDULE_LAYERS:
-                        best, rows = _layer(
-                            ep, proposer, ks[name], layer, state, best, rows, workloads, whole, profile, tally
-                        )
-                if pass_ == 0 and rejected:
-                    ks, state, reused, workloads, best, rows = _graph_retry(
-                        ep, proposer, ks, state, reused, workloads, whole, best, rows, rejected
-                    )
-                if (ep.usage.evals, ep.usage.calls) == spent:  # the proposer had nothing left to offer
-                    ep.record(kind="stop", why=f"no proposal left after {pass_ + 1} pass(es)")
-                    break
+                t.best, t.rows = _target_layer(ep, proposer, t.state, t.workloads, whole, t.best, t.rows)
+            _search(ep, proposer, t, whole, rejected)
         except BudgetExhausted as e:
-            if ep.usage.stopped == "patience" and rejected:
-                # the patience ended the first pass: the dropped graph changes are judged on the kernels
-                # tuned so far before the search stops (within the evaluation budget)
-                ep.usage.since_improved = 0
-                with contextlib.suppress(BudgetExhausted):  # the budget is spent: the best stays
-                    ks, state, reused, workloads, best, rows = _graph_retry(
-                        ep, proposer, ks, state, reused, workloads, whole, best, rows, rejected
-                    )
-                ep.usage.stopped = "patience"
             ep.record(kind="stop", why=str(e))
-        _remember(ep, db, state, reused, ks, target)
+        _remember(ep, db, t.state, t.reused, t.ks, target)
     finally:
         db.close()
+
+
+@dataclass
+class _Tuning:
+    """The search's state between judgments: the current graph's kernels, their kept decisions, those
+    reused from the kernel database, their workloads, the best speedup and its profile."""
+
+    ks: dict
+    state: dict
+    reused: set
+    workloads: dict
+    best: float
+    rows: list
+
+
+def _search(ep: Episode, proposer, t: _Tuning, whole: Whole, rejected: list) -> None:
+    """The kernel passes (`_passes`). When the patience ends them before the graph changes the graph layer
+    dropped were judged again, those are judged then (the patience's count reset for them, the evaluation
+    budget as it is); one kept resumes the passes on the new graph's kernels (its first points are a start,
+    not a search: conv2d_resnet8_32ch_s2's patience ended after 9 of its 32 evaluations, its channels-last
+    graph unjudged on tuned kernels); else the search stops on the patience. A BudgetExhausted that ends it
+    propagates (run_leka records why)."""
+    while True:
+        try:
+            _passes(ep, proposer, t, whole, rejected)
+            return
+        except BudgetExhausted as e:
+            if ep.usage.stopped != "patience" or not rejected:
+                raise
+            why = str(e)
+        ep.usage.since_improved = 0
+        passes = list(whole.passes)
+        with contextlib.suppress(BudgetExhausted):  # the budget spent on them: the best stays
+            _retry(ep, proposer, t, whole, rejected)
+        if whole.passes == passes:
+            ep.usage.stopped = "patience"
+            raise BudgetExhausted(why)
+        ep.usage.stopped = ""
+        ep.record(kind="resume", why="a graph change judged again was kept: the search goes on")
+
+
+def _passes(ep: Episode, proposer, t: _Tuning, whole: Whole, rejected: list) -> None:
+    """Up to MAX_PASSES passes over the kernels that matter, layer by layer (`_layer`); after the first, the
+    dropped graph changes judged again (`_retry`). Stops early when the proposer had nothing to offer."""
+    tally = Progress()  # the keeps since the last progress (patience)
+    for pass_ in range(MAX_PASSES):
+        spent = (ep.usage.evals, ep.usage.calls)
+        # one judgment per pass profiles every kernel of the candidate (their shares for the next pass;
+        # tvm-default's are not needed after the start: seconds on an L3 model), the others only the kernel
+        # they change
+        profile = {"next": list(t.ks) if pass_ > 0 and len(t.ks) > 1 else None}
+        for name in _kernels_that_matter(t.rows, t.ks, ep.cfg.peak):
+            if pass_ == 0 and name in t.reused:
+                continue
+            for layer in SCHEDULE_LAYERS:
+                t.best, t.rows = _layer(
+                    ep,
+                    proposer,
+                    t.ks[name],
+                    layer,
+                    t.state,
+                    t.best,
+                    t.rows,
+                    t.workloads,
+                    whole,
+                    profile,
+                    tally,
+                )
+        if pass_ == 0 and rejected:
+            _retry(ep, proposer, t, whole, rejected)
+        if (ep.usage.evals, ep.usage.calls) == spent:  # the proposer had nothing left to offer
+            ep.record(kind="stop", why=f"no proposal left after {pass_ + 1} pass(es)")
+            return
+
+
+def _retry(ep: Episode, proposer, t: _Tuning, whole: Whole, rejected: list) -> None:
+    t.ks, t.state, t.reused, t.workloads, t.best, t.rows = _graph_retry(
+        ep, proposer, t.ks, t.state, t.reused, t.workloads, whole, t.best, t.rows, rejected
+    )
 
 
 def _reuse(ep: Episode, db: KernelDB, ks: dict, target: str, state: dict) -> set[str]:
@@ -247,7 +300,8 @@ def _graph_retry(
     points (0.981x, in the noise between two judgments: dropped) and 7% once tiled (0.931x). A change whose
     graph calls as many kernels, of the same operator classes, in the same order, takes the kept decisions
     along, kernel i of one graph to kernel i of the other (the renamed kernels of a rewritten epilogue; a
-    decision that does not apply to its kernel fails in the judge, which drops the candidate); kept by
+    decision that does not apply to its kernel fails in the judge, which drops the candidate); a change that
+    calls other kernels starts them from the proposer's first points (`_first_points`); kept by
     `improves_whole` as in the graph layer. Each change leaves `rejected` once judged (or found not to fit):
     the patience may stop the search in the middle, and the rest are judged then (run_leka). Returns
     (kernels, state, reused, workloads, speedup, profile)."""
@@ -274,12 +328,15 @@ def _graph_retry(
 def _retry_one(
     ep: Episode, label: str, trial: list, ks, state, workloads, whole: Whole, best: float, rows, proposer=None
 ):
-    """One dropped graph change (`trial`: the kept passes and it) judged with the decisions carried by call
-    order; (names, kernels, state, workloads, result) when kept, None when it does not fit or is not. A
-    kernel whose decisions do not replay on its counterpart (the change rewrote its blocks: BiasInit's
-    depthwise convolutions lose their add, and a trace inlining that add no longer applies) gets the same
-    point of the schedule space recorded on the counterpart (`proposer.translate`), where the proposer has
-    one; a change with a kernel that neither replays nor translates is not judged (None)."""
+    """One dropped graph change (`trial`: the kept passes and it) judged again; (names, kernels, state,
+    workloads, result) when kept (names: each tuned kernel -> the kernel that took its decisions), None when
+    it does not fit or is not kept. Where the change calls as many kernels of the same operator classes in
+    the same order, the decisions are carried by call order; a kernel whose decisions do not replay on its
+    counterpart (the change rewrote its blocks: BiasInit's depthwise convolutions lose their add, and a
+    trace inlining that add no longer applies) gets the same point of the schedule space recorded on the
+    counterpart (`proposer.translate`), where the proposer has one; a change with a kernel that neither
+    replays nor translates is not judged (None). Where it calls other kernels (channels last adds layout
+    transposes), the kernels start from the proposer's first points instead (`_first_points`)."""
     try:
         new = list(kernels(ep.problem.id, graph_key(trial)))
     except EKBError as e:
@@ -287,16 +344,22 @@ def _retry_one(
         return None
     if same_graph(ep.problem.id, graph_key(whole.passes), graph_key(trial)):
         return None  # the change rewrites nothing in this graph (see _graph_layer)
-    if [k.op_class for k in new] != [k.op_class for k in ks.values()]:
-        return None  # another set of kernels: the decisions have nowhere to go
-    names = dict(zip(ks, (k.name for k in new), strict=True))  # this graph's kernel -> the change's
     ks2 = {k.name: k for k in new}
-    state2 = {names[n]: dict(layers) for n, layers in state.items() if n in names}
-    translate = getattr(proposer, "translate", None)
-    if translate is not None and not _translate_unfit(
-        ep, translate, graph_key(whole.passes), graph_key(trial), names, state, state2
-    ):
-        return None  # a kernel's decisions neither replay there nor translate: the judge would refuse them
+    if [k.op_class for k in new] == [k.op_class for k in ks.values()]:
+        names = dict(zip(ks, (k.name for k in new), strict=True))  # this graph's kernel -> the change's
+        state2 = {names[n]: dict(layers) for n, layers in state.items() if n in names}
+        translate = getattr(proposer, "translate", None)
+        if translate is not None and not _translate_unfit(
+            ep, translate, graph_key(whole.passes), graph_key(trial), names, state, state2
+        ):
+            return None  # a kernel's decisions neither replay there nor translate: the judge refuses them
+        how = "again, on the tuned kernels"
+    else:
+        fresh = _first_points(proposer, graph_key(trial), new, ks, state)
+        if fresh is None:
+            return None  # another set of kernels and no points to start them from
+        names, state2 = fresh
+        how = "again, its kernels at the cost model's first points"
     workloads2 = {k.name: k.workload for k in new}
     same = frozenset(n for n, w in workloads2.items() if workloads.get(n) == w)
     spec = build_spec(
@@ -305,11 +368,39 @@ def _retry_one(
     res = ep.judge(
         spec,
         layer="graph",
-        label=f"{label} (again, on the tuned kernels)",
+        label=f"{label} ({how})",
         profile=list(ks2),
         accept=lambda r: improves_whole(r, best, rows, same),
     )
     return (names, ks2, state2, workloads2, res) if improves_whole(res, best, rows, same) else None
+
+
+def _first_points(proposer, graph: str, new: list, ks: dict, state: dict):
+    """Decisions for the kernels of `graph` (`new`), which are not those of the tuned graph (`ks`, with
+    their decisions in `state`): a kernel with a tuned kernel's workload takes its decisions (the same
+    function); every other one the proposer's first point of its space there (`proposer.first_point`: the
+    cost model's cheapest point that builds, or the rules' start for a kernel the model does not tile, such
+    as a layout transpose). Judged at the graph layer with every kernel at the rules' start, channels last
+    tied with conv2d_resnet8_32ch_s2's reference graph (30.38x vs 30.35x over tvm-default) and was dropped;
+    its NCHW kernel, tuned, stayed at 0.45x of ONNX Runtime. (names: tuned kernel -> the kernel that took
+    its decisions, state), or None when the proposer offers no first points."""
+    first = getattr(proposer, "first_point", None)
+    if first is None:
+        return None
+    by_workload = {k.workload: n for n, k in ks.items() if n in state}
+    names, state2 = {}, {}
+    old, proposer.graph = proposer.graph, graph
+    try:
+        for k in new:
+            src = by_workload.get(k.workload)
+            layers = dict(state[src]) if src is not None else first(k.name)
+            if src is not None:
+                names[src] = k.name
+            if layers:
+                state2[k.name] = layers
+    finally:
+        proposer.graph = old
+    return names, state2
 
 
 def _translate_unfit(ep: Episode, translate, old: str, new: str, names: dict, state: dict, state2: dict):

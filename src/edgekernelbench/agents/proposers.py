@@ -111,6 +111,16 @@ class BuiltinProposer:
                 return dict(fs.traces)
         return None
 
+    def first_point(self, kernel: str) -> dict | None:
+        """Where a kernel of a graph judged again on tuned kernels starts (leka._first_points): the cost
+        model's cheapest point of its space that builds, every layer filled, counted as tried (not offered
+        again as a loop decision); the rules' start for a kernel the model does not tile."""
+        space = self.space(kernel)
+        for v in space.alternatives("loop", {}, set()):
+            self.tried.setdefault((self.graph, kernel, "loop"), set()).add(layer_key(v, "loop"))
+            return dict(v.layers)
+        return self.start(kernel)
+
     def propose(self, req: LayerRequest) -> Proposal | None:
         tried = self.tried.setdefault((self.graph, req.kernel.name, req.layer), set())
         space = self.space(req.kernel.name)
