@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test lint bench clean toolchains browser
+.PHONY: setup demo test lint bench clean toolchains browser perf
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,8 +33,14 @@ browser:
 	else echo "browser: installing chromium"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; fi
 
-# As root (CI), `make test` installs the cross toolchains and Chromium first so those tests run.
-TEST_DEPS := $(STAMP) $(if $(filter 0,$(shell id -u)),toolchains browser)
+# Linux perf for the sampled kernel profiles (benchmarks/kernel_profile.py --samples and its test).
+perf:
+	@if command -v perf >/dev/null; then echo "perf: present"; \
+	else echo "perf: installing linux-perf"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends linux-perf; fi
+
+# As root (CI), `make test` installs the cross toolchains, Chromium and perf first so those tests run.
+TEST_DEPS := $(STAMP) $(if $(filter 0,$(shell id -u)),toolchains browser perf)
 test: $(TEST_DEPS)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/lint-imports

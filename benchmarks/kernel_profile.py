@@ -27,6 +27,15 @@ the profile is built from what can be measured and read instead, per kernel:
   with two 512-bit FMA units (the peak micro-kernel shows whether the core has them), not a simulation:
   it leaves out latencies, dependences and the loop's branch.
 
+With --samples, where each shown kernel's time goes, sampled: its library exported, the kernel called by
+TVM's time evaluator for SAMPLE_SECONDS in a child process under `perf record -e cpu-clock` (a software
+clock: sampling needs no hardware counter, and works on this virtual machine), its samples grouped by the
+innermost loop of its machine code (a backward jump) that holds them: each loop's share of the kernel's
+samples, its length, its FMAs and the instructions that drew the most samples (on a virtual machine the
+sample lands a few instructions after the one that stalled); besides, the share of the samples in functions
+the kernel calls (memset, memcpy: a buffer filled or copied whole). Needs Linux perf (the Debian package
+linux-perf; `make test` installs it as root); without it each kernel's line says so.
+
 The "why" names the smallest of the three ceilings (lanes, issue, bytes) where it is under the bar; else,
 where the arithmetic at the peak rate plus the bytes' time make up most (SERIAL) of the kernel's time, that
 the two run one after the other instead of overlapping (a kernel near the ridge point: the loads and
@@ -38,8 +47,11 @@ from __future__ import annotations
 
 import collections
 import re
+import shutil
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 
@@ -62,6 +74,18 @@ FMAS_PER_CYCLE = 2  # the peak micro-kernel's rate: two FMAs of its width per cy
 FMA = re.compile(r"^v(fn?m(add|sub)(132|213|231)|fmaddsub|fmsubadd)")
 MOVE = re.compile(r"^(v?mov|vbroadcast|vpbroadcast|vinsert[fi]|vextract|vzeroupper|prefetch|lea|nop)")
 JUMP = re.compile(r"^j[a-z]+$")
+SAMPLE_SECONDS = 1.5  # the kernel called in a loop under perf this long
+ANNOTATED = re.compile(r"^\s*([0-9.]+)\s*:\s*([0-9a-f]+):\s*(\S+)\s*(.*)$")  # perf annotate --stdio
+CHILD = """
+import sys
+import numpy as np
+import tvm
+lib = tvm.runtime.load_module(sys.argv[1])
+data = np.load(sys.argv[3])
+args = [tvm.runtime.tensor(data[f"a{i}"], tvm.cpu(0)) for i in range(len(data.files))]
+ms = int(float(sys.argv[4]) * 1000)
+lib.time_evaluator(sys.argv[2], tvm.cpu(0), number=1, repeat=1, min_repeat_ms=ms)(*args)
+"""
 
 
 @dataclass
@@ -222,6 +246,110 @@ def traffic_contender(target):
 SERIAL = 0.75  # arithmetic at the peak rate plus the bytes' time covering this much of a kernel's time
 
 
+@dataclass
+class SampledLoop:
+    first: int  # address of its first instruction
+    last: int  # ... of its backward jump
+    share: float  # of the kernel's samples
+    instructions: int
+    fmas: int
+    top: list[tuple[str, float]]  # the mnemonics that drew the most samples, with their share
+
+
+def sampled_loops(annotated: str) -> list[SampledLoop]:
+    """The kernel's samples (`perf annotate --stdio` of its symbol: "percent : address: instruction") by the
+    innermost loop holding them, largest share first; the samples outside every loop as one entry with
+    first = last = -1."""
+    ins = []
+    for line in annotated.splitlines():
+        if m := ANNOTATED.match(line):
+            ins.append((float(m.group(1)), int(m.group(2), 16), m.group(3), m.group(4)))
+    loops = []
+    for _, addr, mnemonic, ops in ins:
+        if JUMP.match(mnemonic) and (t := re.match(r"([0-9a-f]+)\b", ops)) and int(t.group(1), 16) <= addr:
+            loops.append((int(t.group(1), 16), addr))
+    groups: dict[tuple[int, int], list] = {}
+    for pct, addr, mnemonic, _ in ins:
+        holding = [(a, b) for a, b in loops if a <= addr <= b]
+        key = min(holding, key=lambda r: r[1] - r[0]) if holding else (-1, -1)
+        groups.setdefault(key, []).append((pct, mnemonic))
+    total = sum(p for p, *_ in ins) or 1.0
+    out = []
+    for (a, b), body in groups.items():
+        by = collections.Counter()
+        for pct, mnemonic in body:
+            by[mnemonic] += pct / total
+        out.append(
+            SampledLoop(
+                a,
+                b,
+                sum(p for p, _ in body) / total,
+                len(body),
+                sum(1 for _, m in body if FMA.match(m)),
+                [(m, v) for m, v in by.most_common(3)],
+            )
+        )
+    return sorted(out, key=lambda r: -r.share)
+
+
+def perf_samples(lib_mod, name: str, args, seconds: float = SAMPLE_SECONDS) -> dict | None:
+    """The kernel sampled under perf (the module docstring; called by TVM's time evaluator, so no Python
+    between calls): {"loops": sampled_loops of its body, "symbols": {function: share} of the samples in its
+    library and in the functions it calls (memset, memcpy), "body": its body's symbol}; None without perf or
+    when the run gave no samples."""
+    perf = shutil.which("perf")
+    if perf is None:
+        return None
+    with tempfile.TemporaryDirectory(prefix="ekb-perf-") as tmp:
+        lib, data, rec = f"{tmp}/kernel.so", f"{tmp}/args.npz", f"{tmp}/perf.data"
+        lib_mod.export_library(lib)
+        np.savez(data, **{f"a{i}": a.numpy() for i, a in enumerate(args)})
+        child = [sys.executable, "-c", CHILD, lib, name, data, str(seconds)]
+        run = subprocess.run(
+            [perf, "record", "-q", "-e", "cpu-clock", "-o", rec, "--", *child], capture_output=True, text=True
+        )
+        if run.returncode != 0:
+            return None
+        report = subprocess.run(
+            [perf, "report", "-i", rec, "--stdio", "--sort", "dso,sym", "--percent-limit", "1"],
+            capture_output=True,
+            text=True,
+        ).stdout
+        symbols = {}
+        for line in report.splitlines():
+            if m := re.match(r"^\s*([0-9.]+)%\s+(\S+)\s+\[\.\]\s+(\S+)", line):
+                dso, sym = m.group(2), m.group(3)
+                if dso == "kernel.so" or sym.startswith(("__mem", "mem")):
+                    symbols[sym] = symbols.get(sym, 0.0) + float(m.group(1))
+        # shares of the kernel's own samples and those of the functions it calls (the child's start-up,
+        # TVM's import, is left out)
+        total = sum(symbols.values()) or 1.0
+        symbols = {k: v / total for k, v in symbols.items()}
+        body = next((s for s in (f"{name}_compute_", name) if s in symbols), None)
+        if body is None:
+            return None
+        annotated = subprocess.run(
+            [perf, "annotate", "-i", rec, "--stdio", "-s", body], capture_output=True, text=True
+        ).stdout
+    return {"loops": sampled_loops(annotated), "symbols": symbols, "body": body}
+
+
+def samples_text(sampled: dict | None, perf_found: bool) -> str:
+    """One table cell: the body's share and its loops (those with 5% of its samples or more), then the
+    functions it calls."""
+    if sampled is None:
+        return "-" if perf_found else "no perf (linux-perf)"
+    parts = []
+    for loop in sampled["loops"]:
+        if loop.share < 0.05:
+            continue
+        where = "outside loops" if loop.first < 0 else f"loop {loop.first:x}-{loop.last:x}"
+        top = ", ".join(f"{m} {v:.0%}" for m, v in loop.top)
+        parts.append(f"{where} {loop.share:.0%} ({loop.instructions} instructions, {loop.fmas} FMAs; {top})")
+    calls = [f"{s} {v:.0%}" for s, v in sorted(sampled["symbols"].items(), key=lambda x: -x[1])]
+    return "; ".join(parts) + (f" -- samples by function: {', '.join(calls)}" if calls else "")
+
+
 def why(row: dict) -> str:
     """The smallest hard ceiling under the bar (FMA width, issue, bytes); else, where the arithmetic at the
     peak rate and the traffic kernel's time add up to most of the kernel's, the two not overlapping."""
@@ -247,6 +375,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument(
         "--all", action="store_true", help="every compute-bound kernel, not only those under the bar"
     )
+    ap.add_argument("--samples", action="store_true", help="where each shown kernel's time goes (perf)")
     args = ap.parse_args(argv)
     if (opened := open_run(args)) is None:
         return 2
@@ -254,6 +383,7 @@ def main(argv: list[str]) -> int:
     t0 = time.perf_counter()
     cfg = TimingConfig(rounds=args.rounds)
     rows, skipped = [], []
+    built: dict[tuple[str, str], tuple] = {}  # (problem, kernel) -> (runtime module, arguments)
     for pid in ids:
         spec, skip = specs[pid]
         if spec is None:
@@ -265,7 +395,10 @@ def main(argv: list[str]) -> int:
         code: dict[str, list[str]] = {}
         sources: dict[int, str] = {}  # a library's assembly, generated once (every kernel of main shares it)
 
-        def extra(name, lib_mod, in_bytes, out_bytes, traffic=traffic, code=code, sources=sources):
+        def extra(
+            name, lib_mod, in_bytes, out_bytes, args, pid=pid, traffic=traffic, code=code, sources=sources
+        ):
+            built[(pid, name)] = (lib_mod, args)
             if id(lib_mod) not in sources:
                 sources[id(lib_mod)] = lib_mod.inspect_source("asm")
             code[name] = kernel_asm(sources[id(lib_mod)], name)
@@ -284,6 +417,10 @@ def main(argv: list[str]) -> int:
             )
             rows.append(r)
     shown = [r for r in rows if args.all or r["side_by_side"] < BAR]
+    perf_found = shutil.which("perf") is not None
+    for r in shown:  # after every timing: the sampling runs beside nothing else
+        lib_mod, call_args = built[(r["problem"], r["kernel"])]
+        r["samples"] = perf_samples(lib_mod, r["kernel"], call_args) if args.samples and perf_found else None
     print(
         f"Profiles of compute-bound kernels, {time.strftime('%Y-%m-%d')}, {cpu_model()}, 1 thread, "
         f"{args.method}'s best candidates of {args.run_dir}, {args.rounds} interleaved rounds; "
@@ -310,6 +447,10 @@ def main(argv: list[str]) -> int:
         print(
             f"\nmedian share of time moving bytes: {statistics.median(r['bytes_share'] for r in shown):.0%}"
         )
+    if args.samples and shown:
+        print(f"\nWhere the time goes, sampled ({SAMPLE_SECONDS} s each under perf's cpu-clock):\n")
+        for r in shown:
+            print(f"- {r['problem']} {r['kernel']}: {samples_text(r['samples'], perf_found)}")
     for line in skipped:
         print(f"skipped {line}")
     print(f"({time.perf_counter() - t0:.0f} s)")

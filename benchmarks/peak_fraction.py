@@ -115,8 +115,9 @@ def kernel_calls(problem, spec, target):
 
 def measure(problem, spec, peak: dict, cfg: TimingConfig, min_share: float, extra=None) -> list[dict]:
     """One row per compute-bound kernel call of the candidate (see the module docstring). `extra`: a
-    callable (kernel name, runtime module, bytes its inputs hold, bytes its output holds) -> {label:
-    contender} timed in the same rounds as the kernel and the peak (benchmarks/kernel_profile.py); every contender's timing is in the row's "times"."""
+    callable (kernel name, runtime module, bytes its inputs hold, bytes its output holds, its arguments) ->
+    {label: contender} timed in the same rounds as the kernel and the peak (benchmarks/kernel_profile.py);
+    every contender's timing is in the row's "times"."""
     import tvm
 
     from edgekernelbench.reference import kernel_flops
@@ -172,7 +173,7 @@ def measure(problem, spec, peak: dict, cfg: TimingConfig, min_share: float, extr
         contender, contender_ops = int8 if dot else (peak_run, peak_flops)
         roof = (peak.get("int8_ops") or measure_int8_ops(target)) if dot else peak["flops"]
         contenders = {"kernel": evaluator_timer(lib.mod, name, dev, call_args), "peak": contender}
-        more = extra(name, lib.mod, nbytes - out_bytes, out_bytes) if extra else {}
+        more = extra(name, lib.mod, nbytes - out_bytes, out_bytes, call_args) if extra else {}
         times = time_interleaved({**contenders, **more}, cfg)
         line = roofline(
             flops,

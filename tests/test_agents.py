@@ -276,7 +276,9 @@ def test_the_graph_layer_keeps_only_a_correct_and_faster_graph(monkeypatch):
 
 def test_a_graph_change_that_rewrites_nothing_costs_no_judgment(monkeypatch):
     """_graph_layer skips a graph change whose module is the graph it would be judged against
-    (`same_graph`): recorded as a proposal that changes nothing, no judgment spent; the next one is judged."""
+    (`same_graph`): recorded as a proposal that changes nothing, no judgment spent; the next one is judged.
+    It is handed to the retry (a change kept there may give it something to rewrite), which judges it only
+    then."""
     from edgekernelbench.agents import leka
     from edgekernelbench.records import Result
 
@@ -309,10 +311,12 @@ def test_a_graph_change_that_rewrites_nothing_costs_no_judgment(monkeypatch):
 
     monkeypatch.setattr(leka, "kernels", lambda pid, graph="": ())
     monkeypatch.setattr(leka, "same_graph", lambda pid, a, b: "FoldConstant" in b)
-    leka._graph_layer(Ep(), None, Proposer(), "t", best=1.0)
+    rejected = []
+    leka._graph_layer(Ep(), None, Proposer(), "t", best=1.0, rejected=rejected)
     assert judged == [[{"name": "FuseTIR", "args": {}}]]
-    # nor judged again on the tuned kernels (_graph_retry's _retry_one)
     trial = [{"name": "FoldConstant", "args": {}}]
+    assert rejected[0] == ("no-op", trial)
+    # nor judged again on the tuned kernels while it still rewrites nothing (_graph_retry's _retry_one)
     assert leka._retry_one(Ep(), "no-op", trial, {}, {}, {}, leka.Whole([]), 1.0, []) is None
     assert len(judged) == 1
     assert steps[0] == {

@@ -4,6 +4,7 @@ issue ceiling), the traffic micro-kernel, and the "why" it prints."""
 from __future__ import annotations
 
 import collections
+import shutil
 import sys
 from pathlib import Path
 
@@ -121,3 +122,76 @@ def test_a_directory_without_a_run_is_one_line_and_exit_2(tmp_path, capsys):
     assert kp.main([str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"{tmp_path}: no run store (results.db) there"]
+
+
+# perf annotate --stdio of a kernel body: an outer loop (2000-2040) around an inner FMA loop (2010-2030), a
+# copy loop (2050-2060), and code outside loops
+ANNOTATED = """
+ Percent |      Source code & Disassembly of kernel.so for cpu-clock (1000 samples, percent: local period)
+    0.00 :   2000:   movq   %rdi,%rax
+    1.00 :   2008:   vxorps %xmm0,%xmm0,%xmm0
+   30.00 :   2010:   vfmadd231ps (%rsi){1to16},%zmm1,%zmm0
+   20.00 :   2018:   vfmadd231ps %zmm2,%zmm1,%zmm3
+   10.00 :   2020:   vpermt2ps (%rdx),%zmm4,%zmm1
+    5.00 :   2028:   addq   $0x40,%rsi
+    4.00 :   2030:   jne    2010 <fused_conv_compute_+0x10>
+    5.00 :   2038:   vmovups %zmm0,(%rcx)
+    0.00 :   2040:   jb     2000 <fused_conv_compute_+0x0>
+   20.00 :   2050:   vmovups %ymm2,0x958(%rcx)
+    3.00 :   2058:   addq   $0x20,%rcx
+    1.00 :   2060:   jne    2050 <fused_conv_compute_+0x50>
+    1.00 :   2068:   retq
+"""
+
+
+def test_samples_are_grouped_by_the_innermost_loop_that_holds_them():
+    loops = kp.sampled_loops(ANNOTATED)
+    by = {(lp.first, lp.last): lp for lp in loops}
+    inner, outer, copy, outside = (
+        by[(0x2010, 0x2030)],
+        by[(0x2000, 0x2040)],
+        by[(0x2050, 0x2060)],
+        by[(-1, -1)],
+    )
+    assert loops[0] is inner and inner.share == pytest.approx(0.69) and inner.fmas == 2
+    assert inner.instructions == 5 and inner.top[0] == ("vfmadd231ps", pytest.approx(0.5))
+    assert outer.share == pytest.approx(0.06) and outer.instructions == 4 and outer.fmas == 0
+    assert copy.share == pytest.approx(0.24) and copy.top[0] == ("vmovups", pytest.approx(0.2))
+    assert outside.share == pytest.approx(0.01)
+    text = kp.samples_text(
+        {"loops": loops, "symbols": {"fused_conv_compute_": 0.8, "__memset_avx2": 0.1}}, True
+    )
+    assert text.startswith("loop 2010-2030 69% (5 instructions, 2 FMAs; vfmadd231ps 50%")
+    assert "loop 2050-2060 24%" in text and "outside" not in text  # under 5% of the samples: left out
+    assert text.endswith("samples by function: fused_conv_compute_ 80%, __memset_avx2 10%")
+    assert kp.samples_text(None, False) == "no perf (linux-perf)"
+
+
+@pytest.mark.skipif(
+    shutil.which("perf") is None, reason="needs Linux perf (make test installs linux-perf as root)"
+)
+def test_a_kernel_sampled_under_perf_spends_its_time_in_its_loop():
+    """perf_samples on a built kernel: a vectorized multiply-add over 1 M floats, called by TVM's time
+    evaluator in a child process under perf's software clock; its samples sit in its one loop, whose
+    instructions that drew the most are its multiply and add (or their FMA)."""
+    import tvm
+    from tvm.script import tirx as T
+
+    from edgekernelbench.search.rules import build_target
+
+    n = 1 << 20
+
+    @T.prim_func
+    def fmaloop(a: T.Buffer((n,), "float32"), b: T.Buffer((n,), "float32"), c: T.Buffer((n,), "float32")):
+        T.func_attr({"tirx.noalias": True, "global_symbol": "fmaloop"})
+        for i in range(n // 16):
+            for j in T.vectorized(16):
+                c[i * 16 + j] = a[i * 16 + j] * b[i * 16 + j] + c[i * 16 + j]
+
+    lib = tvm.compile(tvm.IRModule({"fmaloop": fmaloop}), build_target(1))
+    args = [tvm.runtime.tensor(np.ones(n, "float32")) for _ in range(3)]
+    out = kp.perf_samples(lib.mod, "fmaloop", args, seconds=0.5)
+    assert out is not None and out["body"] in out["symbols"] and out["symbols"][out["body"]] > 0.3
+    top = out["loops"][0]
+    assert top.first >= 0 and top.share > 0.9 and top.instructions < 100
+    assert any(m.startswith(("vfmadd", "vmulps", "mulps")) for m, _ in top.top)

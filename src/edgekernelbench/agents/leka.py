@@ -254,7 +254,9 @@ def _graph_layer(
     profile of the kernels it changed: those not in `base`, the kernel name -> workload of the graph the
     best was measured on). Returns (kernels, state, reused, passes, speedup, profile) of the last kept
     graph, or None (the proposer is left on the reference's graph); the correct changes it dropped,
-    (label, passes), go into `rejected` (judged again on the tuned kernels: `_graph_retry`)."""
+    (label, passes), go into `rejected` (judged again on the tuned kernels: `_graph_retry`), and so do
+    those that rewrote nothing: BlockTranspose has no transposes to rewrite in a graph whose channels last
+    was dropped, and does once the retry keeps channels last."""
     kept, passes_kept, base = None, [], dict(base or {})
     for label, passes in proposer.graphs():
         trial = passes_kept + passes
@@ -266,6 +268,8 @@ def _graph_layer(
             continue
         if same_graph(ep.problem.id, graph_key(passes_kept), proposer.graph):
             ep.record(kind="proposal", layer="graph", proposal=label, error="changes nothing in this graph")
+            if rejected is not None:  # a change kept later may give it something to rewrite (_graph_retry)
+                rejected.append((label, passes))
             continue
         state: dict[str, dict] = {}
         reused = _reuse(ep, db, ks, target, state)
