@@ -335,8 +335,8 @@ def perf_samples(lib_mod, name: str, args, seconds: float = SAMPLE_SECONDS) -> d
 
 
 def samples_text(sampled: dict | None, perf_found: bool) -> str:
-    """One table cell: the body's share and its loops (those with 5% of its samples or more), then the
-    functions it calls."""
+    """One kernel's line: the loops holding 5% of its body's samples or more, then its samples by function
+    (its body and the functions it calls); "-" when perf gave nothing, a note when perf is missing."""
     if sampled is None:
         return "-" if perf_found else "no perf (linux-perf)"
     parts = []
@@ -418,9 +418,10 @@ def main(argv: list[str]) -> int:
             rows.append(r)
     shown = [r for r in rows if args.all or r["side_by_side"] < BAR]
     perf_found = shutil.which("perf") is not None
-    for r in shown:  # after every timing: the sampling runs beside nothing else
-        lib_mod, call_args = built[(r["problem"], r["kernel"])]
-        r["samples"] = perf_samples(lib_mod, r["kernel"], call_args) if args.samples and perf_found else None
+    if args.samples and perf_found:
+        for r in shown:  # after every timing: the sampling runs beside nothing else
+            lib_mod, call_args = built[(r["problem"], r["kernel"])]
+            r["samples"] = perf_samples(lib_mod, r["kernel"], call_args)
     print(
         f"Profiles of compute-bound kernels, {time.strftime('%Y-%m-%d')}, {cpu_model()}, 1 thread, "
         f"{args.method}'s best candidates of {args.run_dir}, {args.rounds} interleaved rounds; "
@@ -450,7 +451,7 @@ def main(argv: list[str]) -> int:
     if args.samples and shown:
         print(f"\nWhere the time goes, sampled ({SAMPLE_SECONDS} s each under perf's cpu-clock):\n")
         for r in shown:
-            print(f"- {r['problem']} {r['kernel']}: {samples_text(r['samples'], perf_found)}")
+            print(f"- {r['problem']} {r['kernel']}: {samples_text(r.get('samples'), perf_found)}")
     for line in skipped:
         print(f"skipped {line}")
     print(f"({time.perf_counter() - t0:.0f} s)")
