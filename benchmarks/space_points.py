@@ -11,7 +11,7 @@ The kernel is taken from the problem's graph: the reference's (`reference`), cha
 search.graph.NHWC, after ClipAsOps where the model has Clip), channels last with the float GEMMs on packed
 weight panels (`packed`: + PackedWeights), or, with --run, the graph of the method's best candidate in a run
 (benchmarks/peak_fraction.py `best_spec`). The points are the builtin proposer's space (search/variants.py
-KernelSpace, host CPU, 1 thread): the cost model's first --top tiled points and every --label given, in
+KernelSpace, host CPU, 1 thread): the first --top points the cost model estimates and every --label given, in
 that order. Each is built for this host, run on the same random inputs and checked against the first
 point's output, then all of them and the peak FLOP/s micro-kernel (backends/peak.py) are timed in the same
 interleaved rounds (the harness's protocol). Per point: its rank and estimate in the cost model, its
@@ -62,9 +62,10 @@ def run_graph(run_dir: Path, problem_id: str, method: str) -> str:
 
 
 def chosen_points(space, top: int, labels: list[str]) -> list[tuple[int, float, str, dict]]:
-    """[(rank in the cost model, its estimate, label, layers)]: the first `top` tiled points, then `labels`."""
+    """[(rank in the cost model, its estimate, label, layers)]: the first `top` points the cost model estimates
+    (tiled points, a dot kernel's VNNI tiles, a streamed matrix-vector product), then `labels`."""
     ranked = [(i, cost, cfg) for i, (cost, cfg) in enumerate(space.ranked)]
-    picked = [x for x in ranked if x[2].acc_vectors is not None][:top]
+    picked = [x for x in ranked if x[2].acc_vectors is not None or x[2].label in space._modelled][:top]
     by_label = {cfg.label: (i, cost, cfg) for i, cost, cfg in ranked}
     for label in labels:
         if label not in by_label:
@@ -159,7 +160,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--graph", choices=GRAPHS, default="reference")
     ap.add_argument("--run", type=Path, help="take the graph of the method's best candidate in this run")
     ap.add_argument("--method", default="leka")
-    ap.add_argument("--top", type=int, default=8, help="the cost model's first N tiled points")
+    ap.add_argument("--top", type=int, default=8, help="the first N points the cost model estimates")
     ap.add_argument("--label", action="append", default=[], help="a point of the space by its label")
     ap.add_argument("--rounds", type=int, default=15)
     args = ap.parse_args(argv)

@@ -584,6 +584,32 @@ def test_the_builtin_proposers_first_point_is_the_models_cheapest_and_counts_as_
     assert nxt is not None and nxt.layers["loop"] != first["loop"]
 
 
+def test_the_builtin_proposers_start_counts_as_tried():
+    """BuiltinProposer.start: the rules' schedule, judged with the start, counts as tried, so the loop layer's
+    proposals never offer it again (before, once another loop layer was kept, the start's came back at its
+    place in the cost model's order)."""
+    import json
+
+    from edgekernelbench.agents.proposers import BuiltinProposer, LayerRequest
+    from edgekernelbench.search.kernels import kernels
+
+    ep = type("Ep", (), {"problem": get_problem(MATMUL)})()
+    ep.cfg = type("Cfg", (), {"backend": get_profile("host-cpu", 1), "threads": 1})()
+    prop = BuiltinProposer(ep)
+    (k,) = [k for k in kernels(MATMUL) if k.op_class != "injective"]
+    start = prop.start(k.name)
+    key = json.dumps(start["loop"], sort_keys=True)
+    assert key in prop.tried[(prop.graph, k.name, "loop")]
+    space = prop.space(k.name)
+    assert space.point_of(start) is not None  # a point of the space: without the mark it would be offered
+    offered = []
+    for _ in range(3):
+        p = prop.propose(LayerRequest(k, "loop", {"loop": offered[-1] if offered else None}))
+        assert p is not None
+        offered.append(p.layers["loop"])
+    assert start["loop"] not in offered
+
+
 def _run_leka_scripted(monkeypatch, graph_retry, rejected: list, layers: list | None = None):
     """run_leka on a one-kernel problem, its layers scripted: the graph layer drops `rejected`; every kernel
     decision is judged and not kept (its kernel and the proposer's graph go into `layers`), until the

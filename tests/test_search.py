@@ -493,3 +493,46 @@ def test_a_short_axis_is_tiled_whole_where_the_other_would_be_cut(monkeypatch):
     spec = build_spec(get_problem(pid), {name: dict(top.layers)}, "test", None, workloads, Whole(list(NHWC)))
     res = evaluate(pid, spec, "host-cpu", trials=2, timing=TimingConfig.quick(), baselines=())
     assert res.correct, res.detail
+
+
+def test_a_dot_kernel_is_ranked_over_its_vnni_tiles_only(monkeypatch):
+    """A u8 x s8 dot kernel (ir/int8_dot.py) where the target has VNNI: its space is the VNNI tiles, each
+    tile that schedule_dot makes once (rows x vectors cut to the kernel's divisors), every one estimated by
+    cost.dot_cost, cheapest first; no float tile (they leave vpdpbusd unused: none of the 70 judged in the
+    nineteenth run's searches was kept). Without VNNI the float tiles are its space. Ranking only: nothing
+    is built, so this holds on a CPU without VNNI too."""
+    from edgekernelbench.search.graph import INT8_DOT, graph_key
+    from edgekernelbench.search.rules import driver
+    from edgekernelbench.search.rules.analysis import analyze
+    from edgekernelbench.search.rules.dot import DOT_TILES, dot_plan, dot_strategy
+    from edgekernelbench.search.variants import KernelSpace
+
+    pid, key = "L1/tiny_matmulint_i8_u8w", graph_key(INT8_DOT)  # rows 2 x 8, K 24, N 32
+    monkeypatch.setattr(driver, "vnni_available", lambda: True)
+    space = KernelSpace(pid, "dot_u8s8", AVX512, 1, key)
+    labels = [cfg.label for _, cfg in space.ranked]
+    assert labels and all(label.startswith("vnni ") for label in labels)
+    facts = analyze(space.func, "dot_u8s8")
+    tiles = {(p.ut, p.nv) for p in (dot_plan(facts, r, v) for r, v in DOT_TILES)}
+    assert len(labels) == len(tiles) < len(DOT_TILES)  # 8 rows and 2 panels: several tiles are the same
+    costs = [space.estimate(label) for label in labels]
+    assert None not in costs and costs == sorted(costs)
+    assert dot_strategy(4, 4) + "/16 lanes" in labels  # the rules' start is in its space
+    monkeypatch.setattr(driver, "vnni_available", lambda: False)
+    plain = KernelSpace(pid, "dot_u8s8", AVX512, 1, key)
+    assert plain.ranked and not any(cfg.strategy.startswith("vnni") for _, cfg in plain.ranked)
+
+
+def test_a_dot_tile_that_hides_the_latency_and_fits_costs_least():
+    """cost.dot_cost: 4 accumulators (one row of 4 vectors) wait on vpdpbusd's latency every step; 10 do not;
+    40 spill (40 + 4 weight vectors + a broadcast of 32 registers)."""
+    from edgekernelbench.search.cost import dot_cost
+    from edgekernelbench.search.rules.dot import DotPlan
+
+    rows, no, ko = 40, 8, 16  # 40 rows, 128 columns, K = 64
+
+    def cost(ut, nv):
+        return dot_cost(DotPlan(ut, nv, (rows // ut) * (no // nv), ko, no), AVX512)
+
+    assert cost(5, 2) < cost(1, 4)
+    assert cost(5, 2) < cost(10, 4)

@@ -17,7 +17,7 @@ from ..llm.prompts import render_prompt
 from ..search.cost import Machine
 from ..search.graph import graph_alternatives, target_alternatives
 from ..search.kernels import KernelInfo, kernel_script
-from ..search.variants import KernelSpace, lanes_options, layer_key
+from ..search.variants import KernelSpace, Variant, lanes_options, layer_key
 from .episode import Episode
 from .model import ModelClient, ModelError, ParseError, schedule_code
 
@@ -97,7 +97,9 @@ class BuiltinProposer:
 
     def start(self, kernel: str) -> dict | None:
         """Where the search of a kernel starts: its rule-based schedule (the rules' first strategy that
-        applies and builds at the target's vector width, else at a narrower one), every layer filled.
+        applies and builds at the target's vector width, else at a narrower one), every layer filled, its
+        loop layer counted as tried (judged with the start, it is not offered again once another loop
+        layer is kept: matmulint_kws_pw's search spent one of its seven judgments on the start's VNNI tile).
         Strategies are tried in order and the first that builds is kept (not every variant built first:
         that compiled a dozen schedules per kernel to use one, ~15 s of an L3 model's wall time)."""
         from ..search.graph import graph_reference
@@ -108,8 +110,12 @@ class BuiltinProposer:
         for lanes in lanes_options(self.machine.lanes):
             fs = schedule_func(func, kernel, lanes, parallel=self.ep.cfg.threads > 1, target=target)
             if fs.traces:
+                self._tried_loop(kernel, Variant("start", dict(fs.traces)))
                 return dict(fs.traces)
         return None
+
+    def _tried_loop(self, kernel: str, v: Variant) -> None:
+        self.tried.setdefault((self.graph, kernel, "loop"), set()).add(layer_key(v, "loop"))
 
     def first_point(self, kernel: str) -> dict | None:
         """Where a kernel of a graph judged again on tuned kernels starts (leka._first_points): the cost
@@ -117,7 +123,7 @@ class BuiltinProposer:
         again as a loop decision); the rules' start for a kernel the model does not tile."""
         space = self.space(kernel)
         for v in space.alternatives("loop", {}, set()):
-            self.tried.setdefault((self.graph, kernel, "loop"), set()).add(layer_key(v, "loop"))
+            self._tried_loop(kernel, v)
             return dict(v.layers)
         return self.start(kernel)
 

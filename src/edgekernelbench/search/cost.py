@@ -20,6 +20,10 @@ shared, no window: yamnet's 2 MiB of pointwise weights, read once per call whate
 the whole operand, until the next call -- at that level's bandwidth; the estimate is the larger of the
 compute and memory times.
 
+A u8 x s8 dot-product kernel on VNNI register tiles (`dot_cost`, search.rules.schedule_dot) is modelled the
+same way, a vpdpbusd (16 lanes x 4 multiply-adds) for an FMA: per step of 4 k, ut x nv of them, a load per
+weight vector and a broadcast per row; its weights swept whole by every row tile.
+
 A matrix-vector product scheduled by the stream rule (`stream_cost`) is modelled as its weight streamed
 once, the accumulators in L1: a load, a store and a load of the weight per vector FMA.
 
@@ -172,6 +176,25 @@ def _fastest_tiles(plan, order: str):
     if order == "panels" and plan.gv in tiled and len(tiled) > 1:
         tiled.remove(plan.gv)
     return tiled[-1] if tiled else None
+
+
+def dot_cost(plan, machine: Machine) -> float:
+    """Estimated cycles of a u8 x s8 dot-product kernel scheduled by search.rules.schedule_dot (`plan`: its
+    DotPlan): per step of 4 k inside a tile, ut x nv vpdpbusd (on the FMA ports, with an FMA's latency),
+    nv weight vectors and ut row broadcasts loaded, spills as for a contraction; per tile, the accumulators
+    initialised and written back. The memory side: the panel loop is the innermost tile loop, so every row
+    tile reads all the weights (N x K bytes) from the level that holds them, its rows from L1."""
+    ut, nv, ko = plan.ut, plan.nv, plan.ko
+    fmas = ut * nv
+    spills = 2.0 * max(0, fmas + nv + 1 - machine.vector_regs)
+    step = max(fmas / machine.fma_per_cycle, (nv + ut + spills) / machine.loads_per_cycle)
+    if fmas < machine.fma_latency * machine.fma_per_cycle * 2:
+        step = max(step, machine.fma_latency + 1.0)
+    compute = plan.tiles * (ko * (step + UNROLL_OVERHEAD[64]) + 2 * fmas + 4)
+    weights = plan.no * 64 * ko  # bytes: 16 columns x 4 k per vector
+    rows = ut * 4 * ko
+    memory = plan.tiles * (nv * 64 * ko / machine.bandwidth(weights) + rows / machine.bandwidth(rows))
+    return max(compute, memory)
 
 
 def stream_cost(plan, machine: Machine) -> float:

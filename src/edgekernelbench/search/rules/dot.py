@@ -6,6 +6,8 @@ the tile's write-back. Offered only where the host target has VNNI (`vnni_availa
 from __future__ import annotations
 
 import functools
+import math
+from dataclasses import dataclass
 
 from ...ir.int8_dot import DOT_BLOCK, VNNI_INTRINS, register_intrinsics, target_has_vnni
 from .analysis import FuncFacts
@@ -26,6 +28,34 @@ def vnni_available() -> bool:
 
 def is_dot(facts: FuncFacts) -> bool:
     return any(b.name == DOT_BLOCK for b in facts.blocks)
+
+
+def dot_strategy(rows: int, vectors: int) -> str:
+    """The rules' name of the VNNI tile of `rows` rows x `vectors` 16-lane vectors (driver.strategies)."""
+    return f"vnni {rows}x{16 * vectors}"
+
+
+@dataclass(frozen=True)
+class DotPlan:
+    """The register tile `schedule_dot` makes of a dot kernel for (rows, vectors): `ut` rows x `nv` vectors
+    of 16 int32 accumulators, over `tiles` tiles, `ko` steps of 4 k each (search/cost.py `dot_cost`)."""
+
+    ut: int
+    nv: int
+    tiles: int
+    ko: int
+    no: int  # 16-column panels of the weights (N / 16)
+
+
+def dot_plan(facts: FuncFacts, rows: int, vectors: int) -> DotPlan:
+    """The tile of `schedule_dot(rows, vectors)` on this kernel, from its dot block's iter vars (rows..., the
+    column panels, the 16 lanes, k / 4, 4)."""
+    b = facts.block(DOT_BLOCK)
+    *row_axes, no_axis, _lanes = b.spatial
+    m, no, ko = b.extents[row_axes[-1]], b.extents[no_axis], b.extents[b.reduce[0]]
+    ut, nv = _divisor_near(m, rows), _divisor_near(no, vectors)
+    total_rows = math.prod(b.extents[i] for i in row_axes)
+    return DotPlan(ut, nv, (total_rows // ut) * (no // nv), ko, no)
 
 
 def _divisor_near(n: int, cap: int) -> int:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from ...ir.spec import Decisions, KernelSpec
 from .analysis import FuncFacts, analyze, default_vector_lanes
 from .contraction import pad_multiples, schedule_contraction
-from .dot import DOT_TILES, is_dot, schedule_dot, vnni_available
+from .dot import DOT_TILES, dot_strategy, is_dot, schedule_dot, vnni_available
 from .injective import schedule_injective
 from .primitives import Skip
 from .rows import schedule_rows
@@ -26,7 +26,7 @@ def strategies(facts: FuncFacts, lanes: int, parallel: bool = False) -> list[tup
     out: list[tuple[str, Callable]] = []
     if is_dot(facts) and vnni_available():  # u8 x s8 dot products (ir/int8_dot.py): VNNI register tiles
         for r, v in DOT_TILES:
-            out.append((f"vnni {r}x{16 * v}", lambda rec, r=r, v=v: schedule_dot(rec, facts, r, v, **kw)))
+            out.append((dot_strategy(r, v), lambda rec, r=r, v=v: schedule_dot(rec, facts, r, v, **kw)))
     if c in CONTRACTIONS and not parallel and _streams(facts, lanes):
         # a matrix-vector product: the weight streamed row by row into the output (measured on every
         # such kernel of the suite: as fast as the register tile, 1.6-2.2x faster where the output's
