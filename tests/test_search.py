@@ -498,7 +498,7 @@ def test_a_short_axis_is_tiled_whole_where_the_other_would_be_cut(monkeypatch):
 def test_a_dot_kernel_is_ranked_over_its_vnni_tiles_only(monkeypatch):
     """A u8 x s8 dot kernel (ir/int8_dot.py) where the target has VNNI: its space is the VNNI tiles, each
     tile that schedule_dot makes once (rows x vectors cut to the kernel's divisors), every one estimated by
-    cost.dot_cost, cheapest first; no float tile (they leave vpdpbusd unused: none of the 70 judged in the
+    cost.dot_cost, cheapest first; no float tile (they leave vpdpbusd unused: none of the 54 judged in the
     nineteenth run's searches was kept). Without VNNI the float tiles are its space. Ranking only: nothing
     is built, so this holds on a CPU without VNNI too."""
     from edgekernelbench.search.graph import INT8_DOT, graph_key
