@@ -110,8 +110,9 @@ class BuiltinProposer:
         for lanes in lanes_options(self.machine.lanes):
             fs = schedule_func(func, kernel, lanes, parallel=self.ep.cfg.threads > 1, target=target)
             if fs.traces:
-                self._tried_loop(kernel, Variant("start", dict(fs.traces)))
-                return dict(fs.traces)
+                layers = dict(fs.traces)
+                self._tried_loop(kernel, Variant("start", layers))
+                return layers
         return None
 
     def _tried_loop(self, kernel: str, v: Variant) -> None:

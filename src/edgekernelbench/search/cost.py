@@ -87,6 +87,18 @@ class Machine:
         return LEVEL_BW[-1][1]
 
 
+def _step(fmas: int, loads: float, live: int, machine: Machine, spills: float = 0.0) -> float:
+    """Cycles of one reduction step of a register tile: `fmas` vector FMAs (or vpdpbusd), `loads` loads,
+    `live` vector registers wanted (two memory operations per one beyond the machine's), `spills` memory
+    operations besides; at least the FMA latency + 1 when too few accumulators hide it."""
+    spills += 2.0 * max(0, live - machine.vector_regs)
+    step = max(fmas / machine.fma_per_cycle, (loads + spills) / machine.loads_per_cycle)
+    if fmas < machine.fma_latency * machine.fma_per_cycle * 2:
+        # too few accumulators to hide the FMA latency with room to spare: each step waits on its chains
+        step = max(step, machine.fma_latency + 1.0)
+    return step
+
+
 def contraction_cost(
     plan, machine: Machine, *, cache: bool = True, unroll_step: int = 64, order: str = "rows"
 ) -> float:
@@ -135,15 +147,11 @@ def contraction_cost(
             ws = whole
         memory += sliced / machine.bandwidth(min(ws, whole))
     fmas = nvec * ut
-    live = fmas + moving * nvec + 1
-    spills = 2.0 * max(0, live - machine.vector_regs)
+    extra = 0.0
     if not cache:
         loads += fmas
-        spills += fmas
-    step = max(fmas / machine.fma_per_cycle, (loads + spills) / machine.loads_per_cycle)
-    if fmas < machine.fma_latency * machine.fma_per_cycle * 2:
-        # too few accumulators to hide the FMA latency with room to spare: each step waits on its chains
-        step = max(step, machine.fma_latency + 1.0)
+        extra = fmas
+    step = _step(fmas, loads, fmas + moving * nvec + 1, machine, extra)
     # per tile: accumulators initialised and written back; loop overhead per reduction step, larger
     # when the short inner loops are not unrolled
     per_step_overhead = UNROLL_OVERHEAD.get(unroll_step, 0.5)
@@ -186,10 +194,7 @@ def dot_cost(plan, machine: Machine) -> float:
     tile reads all the weights (N x K bytes) from the level that holds them, its rows from L1."""
     ut, nv, ko = plan.ut, plan.nv, plan.ko
     fmas = ut * nv
-    spills = 2.0 * max(0, fmas + nv + 1 - machine.vector_regs)
-    step = max(fmas / machine.fma_per_cycle, (nv + ut + spills) / machine.loads_per_cycle)
-    if fmas < machine.fma_latency * machine.fma_per_cycle * 2:
-        step = max(step, machine.fma_latency + 1.0)
+    step = _step(fmas, nv + ut, fmas + nv + 1, machine)
     compute = plan.tiles * (ko * (step + UNROLL_OVERHEAD[64]) + 2 * fmas + 4)
     weights = plan.no * 64 * ko  # bytes: 16 columns x 4 k per vector
     rows = ut * 4 * ko

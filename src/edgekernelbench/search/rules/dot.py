@@ -79,10 +79,10 @@ def schedule_dot(rec, facts: FuncFacts, rows: int = 4, vectors: int = 4, paralle
     with rec.layer("loop"):
         d = sch.get_sblock(DOT_BLOCK)
         *outer_rows, m, no, ni, ko, ki = sch.get_loops(d)
-        extent = lambda lp: int(sch.get(lp).extent)  # noqa: E731
         # the tile splits the innermost row loop (a convolution's W): a tile across two image rows made
         # TVM's cache_write + tensorize wrong (36 = 6 x 6 rows in tiles of 4)
-        ut, nv = _divisor_near(extent(m), rows), _divisor_near(extent(no), vectors)
+        plan = dot_plan(facts, rows, vectors)  # what search/cost.py's dot_cost estimates
+        ut, nv = plan.ut, plan.nv
         mo, mi = sch.split(m, [None, ut])
         noo, noi = sch.split(no, [None, nv])
         sch.reorder(*outer_rows, mo, noo, ko, mi, noi, ni, ki)
