@@ -44,7 +44,8 @@ from tvm import relax
 from edgekernelbench.problems import get_problem
 from edgekernelbench.reference import build_reference
 p = get_problem({problem_id!r}); r = build_reference(p)
-ex = tvm.compile(r.module, tvm.target.Target({{"kind": "llvm", "num-cores": 1}}), relax_pipeline="default_build")
+from edgekernelbench.tvm_env import compile as tvm_compile
+ex = tvm_compile(r.module, tvm.target.Target({{"kind": "llvm", "num-cores": 1}}), relax_pipeline="default_build")
 vm = relax.VirtualMachine(ex, tvm.cpu()); ws = [tvm.runtime.tensor(w) for w in r.params]
 tp = vm["main_transform_params"](tuple(ws)) if r.params else []
 x = p.sample_inputs(0); vm["main"](*[tvm.runtime.tensor(x[n]) for n in r.input_names], *tp)

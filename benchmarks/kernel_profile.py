@@ -67,6 +67,7 @@ from stability import cpu_model
 
 from edgekernelbench.harness.timing import TimingConfig
 from edgekernelbench.problems import get_problem
+from edgekernelbench.tvm_env import compile as tvm_compile
 
 ROW = 64  # float32 per row of the traffic kernel's buffers (one vectorized loop)
 LANES = {"zmm": 16, "ymm": 8, "xmm": 4}
@@ -192,7 +193,7 @@ def native_lanes(target) -> int:
     from edgekernelbench.backends.peak import CHAINS, _fma_kernel
 
     func = _fma_kernel(CHAINS, 16, 10).with_attr("global_symbol", "main")
-    lib = tvm.compile(tvm.IRModule({"main": func}), target)
+    lib = tvm_compile(tvm.IRModule({"main": func}), target)
     return fma_lanes(kernel_asm(lib.mod.inspect_source("asm"), "main")) or 1
 
 
@@ -227,7 +228,7 @@ def traffic_contender(target):
 
     from edgekernelbench.backends.host import evaluator_timer
 
-    lib = tvm.compile(tvm.IRModule({"main": _traffic_kernel().with_attr("global_symbol", "main")}), target)
+    lib = tvm_compile(tvm.IRModule({"main": _traffic_kernel().with_attr("global_symbol", "main")}), target)
     dev = tvm.cpu(0)
 
     def rows(nbytes: float, even: bool) -> int:

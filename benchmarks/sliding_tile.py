@@ -39,10 +39,11 @@ def build(func, kernel: str, layers: dict, target):
 
     from edgekernelbench.ir.replay import apply_trace, combine_layers
     from edgekernelbench.ir.spec import SCHEDULE_LAYERS
+    from edgekernelbench.tvm_env import compile as tvm_compile
 
     trace, where = combine_layers([(k, layers[k]) for k in SCHEDULE_LAYERS if k in layers])
     f = list(apply_trace(func, trace, kernel, where).mod.functions.values())[0]
-    return tvm.compile(tvm.IRModule({"main": f.with_attr("global_symbol", "main")}), target)
+    return tvm_compile(tvm.IRModule({"main": f.with_attr("global_symbol", "main")}), target)
 
 
 def compare(item: str, machine, target, top: int, rounds: int) -> None:

@@ -8,6 +8,7 @@ import contextlib
 import os
 import shutil
 
+from ..tvm_env import compile as tvm_compile
 from .base import BackendProfile
 
 _GPU_PROBE = """
@@ -68,7 +69,7 @@ def probe_build(profile: BackendProfile) -> tuple[bool, str]:
             tgt = tvm.target.Target(target)
         func = tvm.script.from_source(_GPU_PROBE if profile.kind == "gpu" else _CPU_PROBE)
         with _quiet_stderr():
-            tvm.compile(tvm.IRModule({"main": func}), tgt)
+            tvm_compile(tvm.IRModule({"main": func}), tgt)
         return True, "yes"
     except Exception as e:
         lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]

@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import EKBError, ToolchainMissing
+from ..tvm_env import compile as tvm_compile
 from .base import Backend, Built, Loaded, Session
 from .host import primfunc_library
 
@@ -160,14 +161,12 @@ class CrossBackend(Backend):
             self.emulator()
 
     def build(self, mod, extra_attrs=None) -> CrossBuilt:
-        import tvm
-
         self.check_toolchain()
         cc = self.compiler()
         t0 = time.perf_counter()
         lib_mod = primfunc_library(mod)
         names = sorted(gv.name_hint for gv in lib_mod.functions)
-        kernels = tvm.compile(lib_mod, self.target(extra_attrs))
+        kernels = tvm_compile(lib_mod, self.target(extra_attrs))
         tmp = tempfile.TemporaryDirectory(prefix=f"ekb-{self.name}-")
         work = Path(tmp.name)
         obj = work / "kernels.o"

@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..errors import EKBError
+from ..tvm_env import compile as tvm_compile
 from .base import Backend, Built, Loaded, Session
 from .host import LocalSession
 
@@ -239,14 +240,14 @@ class GPUBackend(Backend):
         unbound = unbound_primfuncs(lowered)
         if unbound:
             raise UnboundLoops(unbound, target.kind.name)
-        graph = tvm.compile(lowered, target, relax_pipeline=None)
+        graph = tvm_compile(lowered, target, relax_pipeline=None)
         devs = device_modules(graph.mod)
         if not devs and any(isinstance(f, tvm.tirx.PrimFunc) for f in lowered.functions.values()):
             names = sorted(
                 gv.name_hint for gv, f in lowered.functions.items() if isinstance(f, tvm.tirx.PrimFunc)
             )
             raise UnboundLoops({n: [] for n in names}, target.kind.name)
-        kernels = tvm.compile(primfunc_library(mod), target) if self.profile.can_check else None
+        kernels = tvm_compile(primfunc_library(mod), target) if self.profile.can_check else None
         language = SOURCE_LANGUAGE.get(target.kind.name, target.kind.name)
         source = "\n".join(m.inspect_source() for m in devs)  # NB inspect_source("cu") returns ""
         return GPUBuilt(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+from ..tvm_env import compile as tvm_compile
 from ..tvm_env import host_cpu_name
 from .base import Backend, BackendProfile, Built, Loaded, Session
 
@@ -74,13 +75,11 @@ class LocalBackend(Backend):
         return tvm.target.Target(t, host=self.profile.host) if self.profile.host else tvm.target.Target(t)
 
     def build(self, mod, extra_attrs=None) -> Built:
-        import tvm
-
         target = self.target(extra_attrs)
         t0 = time.perf_counter()
-        graph = tvm.compile(mod, target, relax_pipeline="default_build")
+        graph = tvm_compile(mod, target, relax_pipeline="default_build")
         if self.separate_kernels:
-            kernels = tvm.compile(primfunc_library(mod), target)
+            kernels = tvm_compile(primfunc_library(mod), target)
         else:
             kernels = KernelLibrary(graph)
         return Built(graph, kernels, time.perf_counter() - t0)

@@ -21,6 +21,8 @@ import os
 import time
 from pathlib import Path
 
+from ..tvm_env import TIR_PIPELINE, build_tir
+
 LIBRARY = "kernels.so"
 
 
@@ -46,10 +48,11 @@ class CacheUnavailable(RuntimeError):
 
 def _digest(func_json: str, target) -> str:
     """The cache's name for a kernel: its lowered TIR, every attribute of the target (and host) and TVM's
-    version; two builds share an object file only when all of them are equal."""
+    version, and the TIR lowering's name (tvm_env.TIR_PIPELINE); two builds share an object file only when
+    all of them are equal."""
     import tvm
 
-    key = json.dumps([tvm.__version__, target.export(), func_json], sort_keys=True, default=str)
+    key = json.dumps([tvm.__version__, TIR_PIPELINE, target.export(), func_json], sort_keys=True, default=str)
     return hashlib.sha256(key.encode()).hexdigest()
 
 
@@ -73,7 +76,7 @@ def compile_kernels(mod, target, cache: Path, out_dir: Path) -> tuple[Path, floa
         one = tvm.IRModule({gv: tir[gv]})
         obj = cache / f"{_digest(tvm.ir.save_json(one), target)}.o"
         if not obj.is_file():
-            built = tvm.tirx.build(one, target=target)
+            built = build_tir(one, target)
             tmp = out_dir / f"{obj.stem}.o"
             try:
                 built.write_to_file(str(tmp))

@@ -30,6 +30,8 @@ import sys
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from ..tvm_env import compile as tvm_compile
+
 log = logging.getLogger(__name__)
 
 SYSFS_CACHE = Path("/sys/devices/system/cpu/cpu0/cache")
@@ -275,7 +277,7 @@ def _dot_build(target, chains: int = 12, iters: int = 100_000):
     import tvm
 
     func = _dot_kernel(chains, iters).with_attr("global_symbol", "main")
-    ex = tvm.compile(tvm.IRModule({"main": func}), target)
+    ex = tvm_compile(tvm.IRModule({"main": func}), target)
     dev = tvm.cpu(0)
     a = tvm.runtime.tensor(np.zeros(chains * DOT_LANES, "int32"), dev)
     x = tvm.runtime.tensor(np.ones(2 * DOT_BYTES, "int8"), dev)
@@ -429,7 +431,7 @@ def _build(target, lanes: int, mib: int | None, threads: int, levels: list[MemLe
         scale_func = _gpu_scale_kernel(n, GPU_THREADS)
 
     def build(func):
-        return tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), target)
+        return tvm_compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), target)
 
     read = build(read_func) if read_func is not None else None
     return MicroKernels(build(fma_func), build(scale_func), elems, flops, n, plan, read)
@@ -524,7 +526,7 @@ def peak_contender(target, lanes: int = 16):
     if target.kind.name != "llvm":
         raise ValueError(f"peak_contender times on this CPU only, not on {target.kind.name}")
     func = _fma_kernel(CHAINS, lanes, ITERS).with_attr("global_symbol", "main")
-    ex = tvm.compile(tvm.IRModule({"main": func}), target)
+    ex = tvm_compile(tvm.IRModule({"main": func}), target)
     dev = tvm.cpu(0)
     a = tvm.runtime.tensor(np.ones(CHAINS * lanes, "float32"), dev)
     x = tvm.runtime.tensor(np.array([0.999, 0.001], "float32"), dev)

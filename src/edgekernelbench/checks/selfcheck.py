@@ -45,6 +45,7 @@ import onnx
 from onnx import numpy_helper
 
 from ..problems import Problem
+from ..tvm_env import compile as tvm_compile
 
 MIN_ABS = 1e-3
 MIN_REL_STD = 1e-3
@@ -108,7 +109,7 @@ class TVMReferenceRunner:
         self.ref = build_reference(problem)
         target = target or tvm.target.Target({"kind": "llvm"})
         self.dev = tvm.cpu(0)
-        ex = tvm.compile(self.ref.module, target, relax_pipeline="default_build")
+        ex = tvm_compile(self.ref.module, target, relax_pipeline="default_build")
         self.vm = relax.VirtualMachine(ex, self.dev)
         names = [gv.name_hint for gv in self.ref.module.functions]
         weights = [tvm.runtime.tensor(w, self.dev) for w in self.ref.params]

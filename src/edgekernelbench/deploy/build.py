@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import EKBError, last_line
+from ..tvm_env import compile as tvm_compile
 from .artifact import FORMAT, graph_module
 from .decisions import (
     SOURCES,
@@ -150,7 +151,7 @@ def transformed_weights(reference) -> list[np.ndarray]:
         return [np.asarray(p, order="C") for p in reference.params]
     mod = relax.transform.DeadCodeElimination(["main_transform_params"])(reference.module)
     mod = tvm.IRModule({gv: f for gv, f in mod.functions.items() if gv.name_hint != "main"}, attrs=mod.attrs)
-    ex = tvm.compile(mod, tvm.target.Target({"kind": "llvm"}), relax_pipeline="default_build")
+    ex = tvm_compile(mod, tvm.target.Target({"kind": "llvm"}), relax_pipeline="default_build")
     vm = relax.VirtualMachine(ex, tvm.cpu(0))
     out = vm["main_transform_params"](
         tuple(tvm.runtime.tensor(np.asarray(p, order="C")) for p in reference.params)
@@ -408,8 +409,8 @@ def measure_kernels(kernels: list[KernelChoice], default_mod, problem, weights, 
     target = builder.target()
     dev = tvm.cpu(0)
     mine = graph_module(default_mod, {k.name: k.func for k in decided})
-    lib = tvm.compile(primfunc_library(mine), target)
-    base = tvm.compile(primfunc_library(tvm.IRModule({k.name: default_mod[k.name] for k in decided})), target)
+    lib = tvm_compile(primfunc_library(mine), target)
+    base = tvm_compile(primfunc_library(tvm.IRModule({k.name: default_mod[k.name] for k in decided})), target)
     runner = KernelRunner(mine, lib, dev, lambda a: tvm.runtime.tensor(a, dev), check_inputs=False)
     sample = problem.sample_inputs(0)
     args = [tvm.runtime.tensor(np.asarray(sample[s.name], order="C"), dev) for s in problem.inputs]
@@ -441,9 +442,7 @@ def measure_kernels(kernels: list[KernelChoice], default_mod, problem, weights, 
 # ------------------------------------------------------------------------------------------ libraries
 def export_library(mod, builder, profile, path: Path) -> dict:
     """The Relax VM executable for the target as a shared library (cross: linked by the cross gcc)."""
-    import tvm
-
-    ex = tvm.compile(mod, builder.target(), relax_pipeline="default_build")
+    ex = tvm_compile(mod, builder.target(), relax_pipeline="default_build")
     if profile.kind == "cross":
         from tvm.support import cc as tvm_cc
 
@@ -463,8 +462,6 @@ def export_library(mod, builder, profile, path: Path) -> dict:
 def write_c_program(mod, builder, profile, out: Path, n_in: int, weights: list[dict], problem) -> dict:
     """c/: kernels.o (the PrimFuncs for the target), model.c (deploy/cprogram.py), the driver's runtime, the
     headers it needs, build.sh, and c/model built with the cross gcc (static)."""
-    import tvm
-
     from ..backends.cross import (
         CFLAGS,
         DRIVER_SOURCE,
@@ -480,7 +477,7 @@ def write_c_program(mod, builder, profile, out: Path, n_in: int, weights: list[d
     cdir.mkdir()
     cc = builder.compiler()
     lib_mod = primfunc_library(mod)
-    kernels = tvm.compile(lib_mod, builder.target())
+    kernels = tvm_compile(lib_mod, builder.target())
     kernels.mod.write_to_file(str(cdir / "kernels.o"))
     prog = model_program(
         mod["main"],

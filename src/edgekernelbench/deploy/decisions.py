@@ -33,6 +33,7 @@ from pathlib import Path
 
 from ..errors import DecisionError, EKBError, MalformedCandidate, last_line
 from ..ir.spec import SCHEDULE_LAYERS, KernelSpec, load_candidate
+from ..tvm_env import compile as tvm_compile
 from .model import DeployError
 
 log = logging.getLogger(__name__)
@@ -268,7 +269,7 @@ def builds(func, name: str, target) -> str:
     import tvm
 
     try:
-        tvm.compile(tvm.IRModule({name: func.with_attr("global_symbol", name)}), target)
+        tvm_compile(tvm.IRModule({name: func.with_attr("global_symbol", name)}), target)
     except Exception as e:  # noqa: BLE001 -- TVM raises many kinds
         return f"does not build for the target: {last_line(e, 300)}"
     return ""

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..tvm_env import compile as tvm_compile
+
 DEPLOYED = "deployed"
 
 
@@ -52,7 +54,7 @@ def time_artifact(folder: Path, quick: bool = False, seed: int = 0) -> dict:
     deployed = LocalLoaded(Built(lib, None, 0.0), dev)
     target = tvm.target.Target(manifest["target"])
     reference = build_reference(problem)
-    default = tvm.compile(
+    default = tvm_compile(
         graph_module(tvm_default_module(reference.module, target)), target, relax_pipeline="default_build"
     )
     contenders = {

@@ -13,6 +13,7 @@ import logging
 from dataclasses import dataclass, field
 
 from ..ir.spec import SCHEDULE_LAYERS
+from ..tvm_env import compile as tvm_compile
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +45,6 @@ def rule_variants(
 ) -> tuple[Variant, ...]:
     """Every rules strategy x vector width that applies to kernel `name` (of graph key `graph`), replays and
     builds, in the rules' order of preference (the first is what the rule-based candidate uses)."""
-    import tvm
-
     from ..ir.replay import LayerRecorder, apply_trace, combine_layers
     from .graph import graph_reference
     from .rules import LOOKUPS, Skip, analyze, build_target, strategies
@@ -68,7 +67,7 @@ def rule_variants(
                 if not any(inst[0] not in LOOKUPS for t in layers.values() for inst in t[0]):
                     raise Skip("no decisions")
                 trace, where = combine_layers([(k, layers[k]) for k in SCHEDULE_LAYERS if k in layers])
-                tvm.compile(apply_trace(func, trace, name, where).mod, target=target)
+                tvm_compile(apply_trace(func, trace, name, where).mod, target=target)
             except Exception:  # noqa: BLE001 -- a strategy that does not apply is not an alternative
                 continue
             key = repr(sorted(layers.items()))
@@ -300,14 +299,12 @@ class KernelSpace:
 
     def _builds(self, cfg: Config, v: Variant) -> bool:
         if cfg not in self._built:
-            import tvm
-
             from ..ir.replay import apply_trace, combine_layers
             from .rules import build_target
 
             try:
                 trace, where = combine_layers([(k, v.layers[k]) for k in SCHEDULE_LAYERS if k in v.layers])
-                tvm.compile(
+                tvm_compile(
                     apply_trace(self.func, trace, self.name, where).mod, target=build_target(self.threads)
                 )
                 self._built[cfg] = True

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ...ir.spec import Decisions, KernelSpec
+from ...tvm_env import compile as tvm_compile
 from .analysis import FuncFacts, analyze, default_vector_lanes
 from .contraction import pad_multiples, schedule_contraction
 from .dot import DOT_TILES, dot_strategy, is_dot, schedule_dot, vnni_available
@@ -103,9 +104,7 @@ def schedule_func(func, name: str, lanes: int, parallel: bool = False, target=No
             )
             replayed = apply_trace(func, trace, name, where)  # the decisions must replay
             if target is not None:  # and build: a schedule TVM accepts may still not lower
-                import tvm
-
-                tvm.compile(replayed.mod, target=target)
+                tvm_compile(replayed.mod, target=target)
         except Exception as e:  # noqa: BLE001
             failures.append(f"{sname}: {type(e).__name__}: {_short(e)}")
             continue
