@@ -10,7 +10,8 @@ socket carrying JSON headers and NumPy arrays (`np.load(allow_pickle=False)`: da
 What the runner can no longer reach: the oracle and its outputs, the comparison, the baselines (timed in
 the judge), the result file, and the clock -- the candidate's time is measured by the judge around each
 request (`RunnerProxy.timer`: the wall time of `number` calls, request and reply included, so the
-candidate pays about 50 us of messaging per round of >= 10 ms, against itself, never for it). What it
+candidate pays one request's round trip per round, against itself, never for it: 50 us to 0.5 ms on these
+VMs, so its rounds last at least 100 round trips, harness.timing.min_round_ms). What it
 reports about itself and is believed: only its outputs (checked against the oracle) and its per-kernel
 profile (information for agents, not a verdict).
 
@@ -35,6 +36,7 @@ from ..errors import EKBError, ToolchainMissing, last_line
 from ..executor import GraphError, KernelFault, KernelRunner
 from .timing import TimingConfig, time_interleaved
 
+ROUND_TRIP_PROBES = 7  # empty requests timed by RunnerProxy.timer for the request's round trip
 MAX_FRAME = 1 << 30  # a reply larger than this is refused (a runner cannot flood the judge's memory)
 
 
@@ -279,6 +281,35 @@ def fork_runner(backend, session, reference, sandbox: dict | None):
     return RunnerProxy(parent_sock, pid), ""
 
 
+class _ProxyTimer:
+    """run(number) -> seconds per call of the candidate, timed here around one request for `number` calls
+    (after an untimed one). `round_trip_s`: what each timed request adds to its calls, the median of
+    ROUND_TRIP_PROBES empty requests, measured when first asked (by the timing protocol's calibration, after
+    the judge pinned both processes to their CPU); harness.timing.min_round_ms lengthens the candidate's
+    rounds to amortise it. The candidate can only make it longer, which makes its rounds longer."""
+
+    def __init__(self, call):
+        self._call = call
+        self._trip: float | None = None
+
+    def __call__(self, number: int) -> float:
+        self._call({"op": "time", "number": 1})
+        t0 = time.perf_counter()
+        self._call({"op": "time", "number": int(number)})
+        return (time.perf_counter() - t0) / number
+
+    @property
+    def round_trip_s(self) -> float:
+        if self._trip is None:
+            trips = []
+            for _ in range(ROUND_TRIP_PROBES):
+                t0 = time.perf_counter()
+                self._call({"op": "time", "number": 0})
+                trips.append(time.perf_counter() - t0)
+            self._trip = float(np.median(trips))
+        return self._trip
+
+
 class RunnerProxy:
     """The judge's handle on the runner: the same methods as Runner, answered by the runner
     process, with the candidate's timer measured here."""
@@ -348,14 +379,7 @@ class RunnerProxy:
         the others cost a 4 ms model 1.5x its time at 2 calls per round; leaving the warm-up out, the
         reference measured 0.85-0.93x of the same code as tvm-default."""
         self._with_inputs({"op": "bind"}, inputs)
-
-        def run(number: int) -> float:
-            self._call({"op": "time", "number": 1})
-            t0 = time.perf_counter()
-            self._call({"op": "time", "number": int(number)})
-            return (time.perf_counter() - t0) / number
-
-        return run
+        return _ProxyTimer(self._call)
 
     def profile(self, inputs, cfg, only: list[str] | None = None) -> list[dict]:
         from dataclasses import asdict
