@@ -232,11 +232,10 @@ def test_calibration_counts_toward_the_warm_up_and_short_steps_end_early():
     assert calls_short.count(1) > 100  # ~180 ms of single calls after a ~20 ms calibration
 
 
-def test_a_contender_behind_a_round_trip_gets_rounds_that_amortise_it():
-    """A contender timed around a request (the candidate in its runner process) reports the request's round
-    trip; its rounds last at least `round_trips_per_round` of them (capped), so a 0.5 ms round trip is ~1% of
-    a round instead of 5% of a 10 ms one. A contender without one, and the search's protocol, keep
-    `min_repeat_ms`."""
+def test_a_contender_behind_a_request_gets_rounds_that_amortise_its_cost():
+    """A contender timed around a request (the candidate in its runner process) reports the request's fixed
+    cost; its rounds last at least `overheads_per_round` of it (capped), so a 0.5 ms cost is ~1% of a round
+    instead of 5% of a 10 ms one. A contender without one, and the search's protocol, keep `min_repeat_ms`."""
     from edgekernelbench.harness import timing
 
     def contender(trip: float | None):
@@ -247,7 +246,7 @@ def test_a_contender_behind_a_round_trip_gets_rounds_that_amortise_it():
             return ((trip or 0.0) + number * 1e-3) / number
 
         if trip is not None:
-            run.round_trip_s = trip
+            run.request_overhead_s = trip
         return run, numbers
 
     cfg = TimingConfig(warmup_ms=0.0, min_repeat_ms=10.0, rounds=3)
@@ -255,7 +254,7 @@ def test_a_contender_behind_a_round_trip_gets_rounds_that_amortise_it():
     local, local_numbers = contender(None)
     out = time_interleaved({"candidate": proxy, "baseline": local}, cfg)
     assert timing.min_round_ms(proxy, cfg) == pytest.approx(50.0)
-    assert out["candidate"].number * 1e-3 >= 50e-3  # the 0.5 ms round trip is <= 1% of each round
+    assert out["candidate"].number * 1e-3 >= 50e-3  # the 0.5 ms cost is <= 1% of each round
     assert 10 <= out["baseline"].number < 20  # unchanged: 10 ms rounds
     assert set(proxy_numbers[-3:]) == {out["candidate"].number}
     slow, _ = contender(10e-3)  # a slow channel (or a candidate slowing it) gets long rounds, capped

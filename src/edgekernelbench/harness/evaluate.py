@@ -473,9 +473,11 @@ def _time_here(contenders: dict, job: Job, backend, res: Result, runner=None) ->
     with MachineWatch() as watch:
         timings = time_interleaved(contenders, cfg)
     res.extra["timing_env"] = {**watch.summary(), "pinned_cpu": pinned}
-    trip = getattr(contenders.get("candidate"), "round_trip_s", None)  # timed in its own process
-    if trip is not None:
-        res.extra["timing_env"]["round_trip_us"] = round(trip * 1e6, 1)
+    candidate = contenders.get("candidate")  # timed around requests to its own process: their fixed cost
+    for key, attr in (("round_trip_us", "round_trip_s"), ("request_overhead_us", "_overhead")):
+        value = getattr(candidate, attr, None)
+        if value is not None:
+            res.extra["timing_env"][key] = round(value * 1e6, 1)
     return timings
 
 

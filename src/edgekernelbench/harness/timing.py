@@ -40,12 +40,14 @@ class TimingConfig:
     # WIDE_CI of the ratio (`time_interleaved`); 0: exactly `rounds`
     max_rounds: int = 0
     # a contender timed around a request to another process (harness/runner.py RunnerProxy.timer: the
-    # candidate) carries the request's round trip in every round; its rounds last at least this many of
-    # its round trips (`round_trip_s`, measured with empty requests), at most MAX_ROUND_MS, so the round
-    # trip is ~1% of a round. 0: `min_repeat_ms` only (the search's protocol: its judgments compare
-    # candidates with each other). A quiet 2-vCPU VM: ~40 us, under the 10 ms rounds' floor; a loaded one:
-    # 0.1 to several ms (TimingConfig.quick).
-    round_trips_per_round: int = 100
+    # candidate) carries the request's fixed cost in every round (its round trip and what the runner's
+    # timed path adds besides the calls); its rounds last at least this many of that cost
+    # (`request_overhead_s`, estimated from requests of 0, 1 and 2 calls), at most MAX_ROUND_MS, so it is
+    # ~1% of a round. 0: `min_repeat_ms` only (the search's protocol: its judgments compare candidates
+    # with each other). On the 2-vCPU EPYC of 2026-12-06 a 2.7 ms model's request cost ~0.4 ms besides its
+    # calls (a 39 us round trip, the rest TVM's time evaluator), and 10 ms rounds judged the candidate
+    # 0.95-0.96x of tvm-default with tvm-default's own code.
+    overheads_per_round: int = 100
 
     @classmethod
     def quick(cls) -> TimingConfig:
@@ -66,20 +68,22 @@ class TimingConfig:
         (the final judgment's are 10): a round trip to the runner (0.1 ms on a quiet machine) is still about
         1% of one, and a tvm-default of 8-10 ms per call (resnet8_ic's: 9 ms) runs once per round, not twice;
         the N = 32 run's timing and profiles took 225 s of its 437 s of judgments with 10 ms rounds."""
-        return replace(cls.quick(), rounds=9, max_rounds=27, min_repeat_ms=8.0, round_trips_per_round=0)
+        return replace(cls.quick(), rounds=9, max_rounds=27, min_repeat_ms=8.0, overheads_per_round=0)
 
 
 CALIBRATION_TRIES = 3  # measurements per step of the calibration; the fastest one counts
-MAX_ROUND_MS = 250.0  # the longest round `round_trips_per_round` asks for (a slow channel must not stall it)
+MAX_ROUND_MS = 250.0  # the longest round `overheads_per_round` asks for (a slow channel must not stall it)
 
 
 def min_round_ms(run: Callable[[int], float], cfg: TimingConfig) -> float:
     """How long one round of contender `run` must last: `cfg.min_repeat_ms`, or for a contender that reports
-    the round trip of the request it is timed around (`run.round_trip_s`), at least
-    `cfg.round_trips_per_round` of those (capped at MAX_ROUND_MS). A contender can only lengthen its own
-    rounds this way, never shorten them: a slower round trip makes the round trip a smaller part of them."""
-    trip = float(getattr(run, "round_trip_s", 0.0) or 0.0)
-    return max(cfg.min_repeat_ms, min(MAX_ROUND_MS, cfg.round_trips_per_round * trip * 1e3))
+    the fixed cost of the request it is timed around (`run.request_overhead_s`), at least
+    `cfg.overheads_per_round` of those (capped at MAX_ROUND_MS). A contender can only lengthen its own
+    rounds this way, never shorten them: a larger cost makes the cost a smaller part of them."""
+    if not cfg.overheads_per_round:
+        return cfg.min_repeat_ms
+    cost = float(getattr(run, "request_overhead_s", 0.0) or 0.0)
+    return max(cfg.min_repeat_ms, min(MAX_ROUND_MS, cfg.overheads_per_round * cost * 1e3))
 
 
 def _calibrate(run: Callable[[int], float], min_repeat_ms: float) -> int:
