@@ -473,11 +473,9 @@ def _time_here(contenders: dict, job: Job, backend, res: Result, runner=None) ->
     with MachineWatch() as watch:
         timings = time_interleaved(contenders, cfg)
     res.extra["timing_env"] = {**watch.summary(), "pinned_cpu": pinned}
-    candidate = contenders.get("candidate")  # timed around requests to its own process: their fixed cost
-    for key, attr in (("round_trip_us", "round_trip_s"), ("request_overhead_us", "_overhead")):
-        value = getattr(candidate, attr, None)
-        if value is not None:
-            res.extra["timing_env"][key] = round(value * 1e6, 1)
+    measured = getattr(contenders.get("candidate"), "measured", None)  # timed in its own process
+    if measured is not None:
+        res.extra["timing_env"].update(measured())
     return timings
 
 

@@ -10,8 +10,8 @@ socket carrying JSON headers and NumPy arrays (`np.load(allow_pickle=False)`: da
 What the runner can no longer reach: the oracle and its outputs, the comparison, the baselines (timed in
 the judge), the result file, and the clock -- the candidate's time is measured by the judge around each
 request (`RunnerProxy.timer`: the wall time of `number` calls, request and reply included, so the
-candidate pays one request's round trip per round, against itself, never for it: 50 us to 0.5 ms on these
-VMs, so its rounds last at least 100 round trips, harness.timing.min_round_ms). What it
+candidate pays a request's fixed cost per round -- its round trip and what the runner's timed path adds --
+against itself, never for it; its rounds last at least 100 of that cost, harness.timing.min_round_ms). What it
 reports about itself and is believed: only its outputs (checked against the oracle) and its per-kernel
 profile (information for agents, not a verdict).
 
@@ -300,14 +300,19 @@ class _ProxyTimer:
 
     def __call__(self, number: int) -> float:
         self._call({"op": "time", "number": 1})
-        t0 = time.perf_counter()
-        self._call({"op": "time", "number": int(number)})
-        return (time.perf_counter() - t0) / number
+        return self._request(int(number)) / number
 
     def _request(self, number: int) -> float:
         t0 = time.perf_counter()
         self._call({"op": "time", "number": number})
         return time.perf_counter() - t0
+
+    def measured(self) -> dict:
+        """The round trip and the fixed cost in us, for the record; {} when the protocol never asked."""
+        if self._overhead is None:
+            return {}
+        trip, cost = self.round_trip_s or 0.0, self._overhead
+        return {"round_trip_us": round(trip * 1e6, 1), "request_overhead_us": round(cost * 1e6, 1)}
 
     @property
     def request_overhead_s(self) -> float:
