@@ -3,6 +3,7 @@ local fake server, the response cache, replay, and generate -> eval -> report en
 
 import json
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -77,7 +78,8 @@ def test_prompt_snapshot():
 
     prompt = build_prompt(get_problem(TINY), get_profile("host-cpu"), "direct")
     assert f'"mcpu": "{host_cpu_name()}"' in prompt.user  # the model is told the real CPU
-    text = prompt.user.replace(host_cpu_name(), "HOST_CPU")  # the snapshot holds on any machine
+    # the snapshot holds on any machine: the host's CPU name, and the ISA attributes that make it this host
+    text = re.sub(r'"mattr": \[[^\]]*\], ', "", prompt.user.replace(host_cpu_name(), "HOST_CPU"))
     path = SNAPSHOTS / "prompt_direct_tiny_scale_add.txt"
     if os.environ.get("EKB_UPDATE_SNAPSHOTS"):
         path.write_text(text)

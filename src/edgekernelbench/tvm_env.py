@@ -3,6 +3,7 @@ at first use, so the thread count must be in the environment before `import tvm`
 
 from __future__ import annotations
 
+import functools
 import os
 
 
@@ -22,6 +23,53 @@ def host_cpu_name() -> str:
 
     f = tvm.get_global_func("target.llvm_get_system_cpu", allow_missing=True)
     return str(f()) if f is not None else "generic"
+
+
+@functools.cache
+def host_cpu_features() -> dict[str, bool]:
+    """LLVM's view of this host's ISA features (CPUID and what the OS enabled: XCR0), {} where this LLVM
+    cannot tell. The CPU's name alone is not enough: a hypervisor may hide AVX-512 from a Zen 4 or an
+    AVX-512 Xeon, and LLVM's "znver4" then emits instructions this machine traps on (SIGILL)."""
+    import tvm
+
+    f = tvm.get_global_func("tvm.codegen.llvm.GetHostCPUFeatures", allow_missing=True)
+    if f is None:
+        return {}
+    try:
+        return {str(k): bool(v) for k, v in dict(f()).items()}
+    except Exception:  # noqa: BLE001 -- an LLVM without host feature detection: the name decides
+        return {}
+
+
+@functools.cache
+def host_mattr() -> tuple[str, ...]:
+    """The LLVM attributes that make host_cpu_name() this host: "-f" for each ISA feature the CPU's name
+    implies and this host lacks, "+f" for each it has that the name does not imply (what clang's
+    -march=native passes besides the CPU name)."""
+    import tvm
+    from tvm.target import codegen
+
+    host = host_cpu_features()
+    if not host:
+        return ()
+    try:
+        implied = set(codegen.llvm_get_cpu_features(tvm.target.Target({"kind": "llvm", "mcpu": host_cpu_name()})))
+    except Exception:  # noqa: BLE001 -- an LLVM that does not know its own host's name: its features only
+        implied = set()
+    lacks = sorted(f for f in implied if f in host and not host[f])
+    extra = sorted(f for f, on in host.items() if on and f not in implied)
+    return tuple([*(f"-{f}" for f in lacks), *(f"+{f}" for f in extra)])
+
+
+def host_target(target: dict | None = None) -> dict:
+    """An LLVM target dict for this host: `target` (default {"kind": "llvm"}) with "mcpu" set to the host's
+    CPU and "mattr" extended by host_mattr() (the profile's own attributes first: they are kept)."""
+    t = dict(target or {"kind": "llvm"})
+    t["mcpu"] = host_cpu_name()
+    mattr = [*(t.get("mattr") or []), *host_mattr()]
+    if mattr:
+        t["mattr"] = mattr
+    return t
 
 
 def load_json(text: str):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from ..tvm_env import compile as tvm_compile
-from ..tvm_env import host_cpu_name
+from ..tvm_env import host_target
 from .base import Backend, BackendProfile, Built, Loaded, Session
 
 # calls TVM's time evaluator makes before its timed ones ("to activate lazy compilation components"); a
@@ -173,10 +173,10 @@ class LocalLoaded(Loaded):
 
 
 def resolve_target(profile: BackendProfile) -> dict:
-    """The profile's target with "mcpu": "native" resolved and the thread count as num-cores (CPU)."""
+    """The profile's target with "mcpu": "native" resolved (this host's CPU and ISA features: host_target) and the thread count as num-cores (CPU)."""
     t = dict(profile.target)
     if t.get("mcpu") == "native":
-        t["mcpu"] = host_cpu_name()
+        t = host_target(t)
     if t.get("kind") == "llvm":
         t["num-cores"] = profile.threads
     return t

@@ -7,35 +7,19 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-AVX512_CPUS = {
-    "skylake-avx512",
-    "cascadelake",
-    "cooperlake",
-    "cannonlake",
-    "icelake-client",
-    "icelake-server",
-    "tigerlake",
-    "rocketlake",
-    "sapphirerapids",
-    "emeraldrapids",
-    "graniterapids",
-    "graniterapids-d",
-    "diamondrapids",
-    "knl",
-    "knm",
-    "znver4",
-    "znver5",
-    "x86-64-v4",
-}
-
-
 def default_vector_lanes(mcpu: str | None = None) -> int:
-    """float32 lanes of the host's widest vector unit: 16 with AVX-512, else 8."""
+    """float32 lanes of the widest vector unit, from LLVM's features: 16 with AVX-512, else 8. `mcpu`: an
+    LLVM CPU name; None: this host (its detected features: a hypervisor may hide AVX-512 from a CPU
+    whose name has it, tvm_env.host_cpu_features)."""
     if mcpu is None:
-        from ...tvm_env import host_cpu_name
+        from ...tvm_env import host_target
 
-        mcpu = host_cpu_name()
-    return 16 if mcpu in AVX512_CPUS else 8
+        target = host_target()
+    else:
+        target = {"kind": "llvm", "mcpu": mcpu}
+    from ...ir.int8_dot import llvm_target_has
+
+    return 16 if llvm_target_has(target, "avx512f") else 8
 
 
 @dataclass

@@ -21,9 +21,9 @@ DOT_TILES = ((4, 4), (8, 2), (2, 8), (6, 4), (4, 2), (1, 4))
 @functools.cache
 def vnni_available() -> bool:
     """Whether the host target the rules build for (driver.build_target: this CPU) has VNNI."""
-    from ...tvm_env import host_cpu_name
+    from ...tvm_env import host_target
 
-    return target_has_vnni({"kind": "llvm", "mcpu": host_cpu_name()})
+    return target_has_vnni(host_target())
 
 
 def is_dot(facts: FuncFacts) -> bool:

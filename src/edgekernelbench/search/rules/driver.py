@@ -77,9 +77,9 @@ def build_target(threads: int = 1):
     """The host target the harness builds for (see backends/host.py)."""
     import tvm
 
-    from ...tvm_env import host_cpu_name
+    from ...tvm_env import host_target
 
-    return tvm.target.Target({"kind": "llvm", "mcpu": host_cpu_name(), "num-cores": threads})
+    return tvm.target.Target({**host_target(), "num-cores": threads})
 
 
 def schedule_func(func, name: str, lanes: int, parallel: bool = False, target=None) -> FuncSchedule:
