@@ -11,6 +11,7 @@ import pytest
 from test_cli import ekb
 from test_harness import CORRECT, judge
 
+from edgekernelbench import native
 from edgekernelbench.baselines import ort_native
 from edgekernelbench.baselines.onnxruntime import NATIVE, PY_IOBINDING, ort_contender
 from edgekernelbench.harness.timing import TimingConfig
@@ -19,12 +20,12 @@ from edgekernelbench.problems import get_problem
 
 PROBLEM = "L1/tiny_scale_add"
 
-needs_cc = pytest.mark.skipif(ort_native.c_compiler() is None, reason="no C compiler (cc, gcc or $CC)")
+needs_cc = pytest.mark.skipif(native.c_compiler() is None, reason="no C compiler (cc, gcc or $CC)")
 
 
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory):
-    if ort_native.c_compiler() is None:
+    if native.c_compiler() is None:
         pytest.skip("no C compiler (cc, gcc or $CC)")
     return str(ort_native.build_library(tmp_path_factory.mktemp("cache")))
 
@@ -84,7 +85,7 @@ def test_a_wrong_c_api_slot_is_caught_at_set_up(lib, tmp_path):
     variant = tmp_path / "variant.c"
     variant.write_text(src.replace("S_BIND_OUTPUT = 137", "S_BIND_OUTPUT = 136"))
     subprocess.run(
-        [ort_native.c_compiler(), "-O2", "-shared", "-fPIC", "-o", tmp_path / "v.so", variant], check=True
+        [native.c_compiler(), "-O2", "-shared", "-fPIC", "-o", tmp_path / "v.so", variant], check=True
     )
     p, inputs = _problem_and_inputs()
     run, how = ort_contender(p, inputs, 1, str(tmp_path / "v.so"))
@@ -108,7 +109,7 @@ def test_evaluate_records_the_native_timer(lib, monkeypatch):
 
 def test_evaluate_falls_back_when_the_parent_cannot_build_it(tmp_path, monkeypatch):
     monkeypatch.delenv(ort_native.LIB_ENV, raising=False)
-    monkeypatch.setenv(ort_native.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(native.CACHE_ENV, str(tmp_path / "cache"))
     monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
     r = judge(CORRECT, measure=True, timing=TimingConfig.quick(), trials=1)
     assert r.correct and r.baselines["onnxruntime"].median > 0, r.detail

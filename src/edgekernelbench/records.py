@@ -80,6 +80,12 @@ class Result:
     # the oracle that judged correctness: "onnxruntime" or "onnx-reference" (exact, for integer
     # arithmetic; edgekernelbench.oracle); "" when no output was checked, or in stores from before it
     oracle: str = ""
+    # the judgment's input seed, drawn from the OS by the judge after the candidate's processes started and
+    # recorded after the verdict (None: not judged, or a store from before it); `ekb eval --seed` replays it
+    seed: int | None = None
+    candidate_sha256: str = ""  # SHA-256 of the candidate's bytes as judged (its file, else its spec JSON)
+    judge_version: str = ""  # the judge that gave the verdict (harness.job.judge_version())
+    profile_sha256: str = ""  # SHA-256 of the backend profile the candidate was judged on (its content)
     extra: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:

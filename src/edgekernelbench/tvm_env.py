@@ -53,7 +53,8 @@ def host_mattr() -> tuple[str, ...]:
     if not host:
         return ()
     try:
-        implied = set(codegen.llvm_get_cpu_features(tvm.target.Target({"kind": "llvm", "mcpu": host_cpu_name()})))
+        named = tvm.target.Target({"kind": "llvm", "mcpu": host_cpu_name()})
+        implied = set(codegen.llvm_get_cpu_features(named))
     except Exception:  # noqa: BLE001 -- an LLVM that does not know its own host's name: its features only
         implied = set()
     lacks = sorted(f for f in implied if f in host and not host[f])

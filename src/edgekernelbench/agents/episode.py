@@ -27,7 +27,7 @@ class AgentConfig:
     backend: object  # the BackendProfile, resolved once by the caller (with the run's thread count)
     threads: int = 1
     trials: int = 5  # the judge's correctness trials (`ekb agent --check-trials`)
-    seed: int = 0
+    seed: int = 0  # MetaSchedule's search (the judge draws every judgment's input seed itself)
     timing: TimingConfig = field(default_factory=TimingConfig)
     final_timing: TimingConfig | None = field(default_factory=TimingConfig)  # None: as `timing`
     baselines: tuple[str, ...] = DEFAULT_BASELINES  # the final judgment's
@@ -175,7 +175,6 @@ class Episode:
             self.cfg.backend,
             threads=self.cfg.threads,
             trials=self.cfg.trials,
-            seed=self.cfg.seed,
             timing=timing or self.cfg.timing,
             baselines=self.cfg.baselines if final else (self.cfg.search_baselines or self.cfg.baselines),
             limits=self.cfg.limits,

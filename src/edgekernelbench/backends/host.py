@@ -173,7 +173,8 @@ class LocalLoaded(Loaded):
 
 
 def resolve_target(profile: BackendProfile) -> dict:
-    """The profile's target with "mcpu": "native" resolved (this host's CPU and ISA features: host_target) and the thread count as num-cores (CPU)."""
+    """The profile's target with "mcpu": "native" resolved (this host's CPU and ISA features: host_target)
+    and the thread count as num-cores (CPU)."""
     t = dict(profile.target)
     if t.get("mcpu") == "native":
         t = host_target(t)

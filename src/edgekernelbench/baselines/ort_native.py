@@ -6,9 +6,8 @@ on small problems is most of what would be measured. This timer runs `RunWithBin
 on inputs and outputs bound once (I/O binding), and returns seconds per call -- the same shape as the
 candidate's timer.
 
-The library is compiled from the C source with the host C compiler ($CC, else cc or gcc) into a
-per-user cache ($EKB_NATIVE_CACHE, else ~/.cache/edgekernelbench/), keyed by the source's hash and
-onnxruntime's version; the file appears by an atomic rename, so concurrent builders are safe. The
+The library is compiled from the C source into the per-user cache of native libraries (native.py), keyed
+by the source's hash and onnxruntime's version. The
 harness's PARENT process builds it (`resolve_library`) and hands the path to its worker, which only
 loads it (`NativeORTTimer`): the worker may run where it cannot write outside its job directory.
 $EKB_ORT_TIMER_LIB names a library to use as it is (no build). The library does not link against
@@ -17,30 +16,24 @@ entry point in."""
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
-import hashlib
 import importlib.util
 import logging
 import os
 import re
-import shutil
-import subprocess
-import tempfile
 import weakref
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import EKBError
+from ..native import NativeBuildError, build_shared, source_key
 
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).parent / "data" / "ekb_ort_timer.c"
 API_VERSION = 5  # the first OrtApi version with every function the C file uses
 LIB_ENV = "EKB_ORT_TIMER_LIB"
-CACHE_ENV = "EKB_NATIVE_CACHE"
-BUILD_TIMEOUT_S = 120.0
 
 # ONNXTensorElementDataType values
 ONNX_TYPES = {
@@ -91,57 +84,20 @@ def ort_version() -> str:
     return version("onnxruntime")
 
 
-def cache_dir() -> Path:
-    env = os.environ.get(CACHE_ENV)
-    return Path(env) if env else Path.home() / ".cache" / "edgekernelbench"
-
-
-def c_compiler() -> str | None:
-    env = os.environ.get("CC")
-    if env:
-        return shutil.which(env) or env
-    return shutil.which("cc") or shutil.which("gcc")
-
-
 def library_key() -> str:
-    h = hashlib.sha256(SOURCE.read_bytes())
-    h.update(b"\0onnxruntime " + ort_version().encode())
-    return h.hexdigest()[:16]
+    return source_key(SOURCE, "onnxruntime " + ort_version())
 
 
 def build_library(cache: Path | None = None) -> Path:
     """The timer library for this source and onnxruntime version, compiled into `cache` (default
-    cache_dir()) the first time. Raises NativeTimerError when it cannot be built."""
-    cache = Path(cache) if cache is not None else cache_dir()
-    suffix = ".dylib" if ort_library().name.endswith(".dylib") else ".so"
-    out = cache / f"ekb_ort_timer-{library_key()}{suffix}"
-    if out.is_file():
-        return out
-    cc = c_compiler()
-    if not cc:
-        raise NativeTimerError("no C compiler ($CC, cc or gcc) to build the native ONNX Runtime timer")
+    native.cache_dir()) the first time. Raises NativeTimerError when it cannot be built."""
     try:
-        cache.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=cache, prefix=".ekb_ort_timer-", suffix=suffix)
-        os.close(fd)
-    except OSError as e:
-        raise NativeTimerError(f"cannot write the native ONNX Runtime timer into {cache}: {e}") from e
-    try:
-        cmd = [cc, "-O2", "-shared", "-fPIC", "-o", tmp, str(SOURCE)]
-        try:
-            p = subprocess.run(cmd, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
-        except (OSError, subprocess.TimeoutExpired) as e:
-            raise NativeTimerError(f"{cc} could not build the native ONNX Runtime timer: {e}") from e
-        if p.returncode != 0:
-            lines = [ln for ln in (p.stderr or p.stdout).splitlines() if ln.strip()]
-            raise NativeTimerError(
-                f"{cc} failed to build the native ONNX Runtime timer: {lines[-1] if lines else p.returncode}"
-            )
-        os.replace(tmp, out)  # atomic: a concurrent builder's file is equally good
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-    log.info("built the native ONNX Runtime timer: %s", out)
+        out = build_shared(
+            SOURCE, "ekb_ort_timer", library_key(), "the native ONNX Runtime timer", cache=cache
+        )
+    except NativeBuildError as e:
+        raise NativeTimerError(str(e)) from None
+    log.debug("the native ONNX Runtime timer: %s", out)
     return out
 
 

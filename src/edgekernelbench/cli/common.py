@@ -102,6 +102,12 @@ def _eval_options(f):
         "--no-measure); default: as many as the cores allow at --threads each (at most 4). Timed local "
         "runs judge one at a time; remote ones one per device.",
     )(f)
+    f = click.option(
+        "--seed",
+        type=click.IntRange(0, 2**63 - 1),
+        help="Replay judgments with this input seed (a result's `seed`); default: a fresh seed from the OS "
+        "for every judgment, drawn by the judge after the candidate's processes started.",
+    )(f)
     f = _tracker_option(f)
     return f
 

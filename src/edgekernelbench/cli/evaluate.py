@@ -36,7 +36,9 @@ def _use_run_dir_profiles(run_dir: Path) -> None:
         os.environ["EKB_PROFILES"] = os.pathsep.join([*current, str(extra.resolve())])
 
 
-def _eval_config(backend, threads, trials, quick, no_measure, timeout, memory_mb, tracker=None, jobs=None):
+def _eval_config(
+    backend, threads, trials, quick, no_measure, timeout, memory_mb, tracker=None, jobs=None, seed=None
+):
     from ..harness.isolation import Limits
     from ..runs import EvalConfig, preflight
 
@@ -57,6 +59,7 @@ def _eval_config(backend, threads, trials, quick, no_measure, timeout, memory_mb
         limits=Limits(timeout_s=timeout, memory_mb=memory_mb),
         tracker=tracker,
         jobs=jobs,
+        seed=seed,
     )
     preflight(backends, cfg)  # e.g. a local GPU that is not there: one line before anything runs
     return cfg
@@ -176,6 +179,7 @@ def check(problem, candidate, **opts):
             measure=cfg.measure,
             limits=cfg.limits,
             tracker=cfg.tracker,
+            seed=cfg.seed,
         )
     click.echo(json.dumps(res.to_dict(), indent=1))
     compile_only = res.reason == "not_checked"

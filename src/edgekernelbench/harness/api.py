@@ -5,16 +5,18 @@ pyproject.toml) is this module's `__all__`."""
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import asdict, replace
 from pathlib import Path
 
 from ..backends.base import BackendProfile
-from ..ir.spec import KernelSpec, load_candidate
+from ..files import sha256_hex
+from ..ir.spec import KernelSpec, read_candidate
 from ..records import Result
 from .confine import confine_command
 from .isolation import Limits, run_in_worker, warm_judge
-from .job import DEFAULT_BASELINES, Job
+from .job import DEFAULT_BASELINES, Job, judge_version
 from .timing import TimingConfig
 
 __all__ = [
@@ -39,7 +41,7 @@ def evaluate(
     sample: int = 0,
     threads: int = 1,
     trials: int = 5,
-    seed: int = 0,
+    seed: int | None = None,
     timing: TimingConfig | None = None,
     baselines: tuple[str, ...] = DEFAULT_BASELINES,
     measure: bool = True,
@@ -49,6 +51,7 @@ def evaluate(
     device_retries: int = 2,
     source: str = "",
     peak: dict | None = None,
+    candidate_sha256: str = "",
 ) -> Result:
     """Judges one candidate: a KernelSpec, a path to a candidate file, or TVMScript module text, on
     `backend` (a profile name, or the BackendProfile a command resolved once: backends.registry.as_profile).
@@ -57,15 +60,19 @@ def evaluate(
     `tracker` (HOST:PORT): a backend whose profile has an rpc_key runs on a device of that key
     (backends/rpc.py); a device lost mid-run is retried on another one up to `device_retries` times.
     `peak`: the backend's measured peaks (FLOP/s, bandwidths; runs.backend_peak), for the plausibility
-    check (`check_plausible`); None: the profile's own, when `ekb peak` measured them."""
+    check (`check_plausible`); None: the profile's own, when `ekb peak` measured them.
+    `seed`: the judgment's input seed, to replay one (a result's `seed`); None: the judge draws a fresh one.
+    `candidate_sha256`: of the bytes the candidate was read from (runs.evaluate_ref); "": of the file
+    read here, else of the spec's JSON."""
     from ..backends.registry import as_profile
 
     problem_id = problem if isinstance(problem, str) else problem.id
     if isinstance(candidate, Path):
         source = str(candidate)
-        candidate = load_candidate(candidate, problem_id)
+        candidate, candidate_sha256 = read_candidate(candidate, problem_id)
     elif isinstance(candidate, str):
         candidate = KernelSpec(problem=problem_id, module=candidate, method="tvmscript")
+    candidate_sha256 = candidate_sha256 or sha256_hex(candidate.to_json(indent=None).encode())
     backend_profile = as_profile(backend, threads)
     job = Job(
         problem=problem_id,
@@ -107,7 +114,15 @@ def evaluate(
         from ..backends.peak import profile_peak
 
         peak = profile_peak(backend_profile, threads)
-    return check_plausible(res, job, limits, peak)
+    res = check_plausible(res, job, limits, peak)
+    res.candidate_sha256, res.judge_version = candidate_sha256, judge_version()
+    res.profile_sha256 = profile_digest(backend_profile)
+    return res
+
+
+def profile_digest(profile: BackendProfile) -> str:
+    """SHA-256 of a backend profile's content (its fields as canonical JSON): what a result was judged on."""
+    return sha256_hex(json.dumps(profile.to_dict(), sort_keys=True, default=str).encode())
 
 
 def check_plausible(res: Result, job: Job, limits: Limits, peak: dict | None) -> Result:

@@ -8,6 +8,20 @@ from dataclasses import asdict, dataclass, field
 from .timing import TimingConfig
 
 DEFAULT_BASELINES = ("tvm-default", "onnxruntime")
+# The judging protocol's version: raised when what a verdict means changes (inputs, checks, baselines).
+# 2: fresh seeds, stress inputs, rotated and checked timed calls, tvm-default as tvm.compile gives it.
+JUDGE_PROTOCOL = 2
+
+
+def judge_version() -> str:
+    """The judge a result came from, as recorded in it: the protocol and the package's version."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        package = version("edgekernelbench")
+    except PackageNotFoundError:
+        package = "unknown"
+    return f"judge-{JUDGE_PROTOCOL} (edgekernelbench {package})"
 
 
 @dataclass
@@ -19,7 +33,7 @@ class Job:
     candidate: str = ""  # where it came from (file path), for the record
     threads: int = 1
     trials: int = 5
-    seed: int = 0
+    seed: int | None = None  # None: the judge draws one from the OS after its runners started
     timing: dict = field(default_factory=lambda: asdict(TimingConfig()))
     baselines: list[str] = field(default_factory=lambda: list(DEFAULT_BASELINES))
     measure: bool = True  # time the candidate and baselines when it is correct

@@ -160,13 +160,32 @@ def _check_trace(trace, where: str) -> None:
         raise MalformedCandidate(f"{where}: a trace is [[[kind, inputs, attrs, outputs], ...], decisions]")
 
 
+MAX_CANDIDATE_BYTES = 32 * 2**20  # a candidate file larger than this is not read
+
+
 def load_candidate(path: Path, problem: str) -> KernelSpec:
     """Reads a candidate file: TVMScript (.py, .tvmscript) or a spec (.json)."""
+    return read_candidate(path, problem)[0]
+
+
+def read_candidate(path: Path, problem: str) -> tuple[KernelSpec, str]:
+    """(the candidate, the SHA-256 of the bytes it was read from): one read, so the hash is of what is
+    judged. The file is read as untrusted (files.read_regular: no symbolic link, a regular file of at most
+    MAX_CANDIDATE_BYTES): an agent writes the run directory."""
+    from ..files import UntrustedFileError, read_regular, sha256_hex
+
     path = Path(path)
     try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as e:
-        raise MalformedCandidate(f"{path}: cannot read candidate ({e})") from e
+        data = read_regular(path, MAX_CANDIDATE_BYTES)
+        text = data.decode()
+    except UntrustedFileError as e:
+        raise MalformedCandidate(f"cannot read candidate: {e}") from None
+    except UnicodeDecodeError as e:
+        raise MalformedCandidate(f"{path}: cannot read candidate ({e})") from None
+    return _parse_candidate(path, problem, text), sha256_hex(data)
+
+
+def _parse_candidate(path: Path, problem: str, text: str) -> KernelSpec:
     if path.suffix == ".json":
         spec = KernelSpec.from_json(text, str(path))
         if spec.problem != problem:

@@ -29,7 +29,7 @@ from ..harness.api import evaluate
 from ..harness.isolation import Limits
 from ..harness.job import DEFAULT_BASELINES
 from ..harness.timing import TimingConfig
-from ..ir.spec import load_candidate
+from ..ir.spec import read_candidate
 from ..problems import get_problem
 from ..records import Result
 from ..store import RunStore
@@ -81,7 +81,7 @@ class EvalConfig:
     backends: list[str] = field(default_factory=lambda: ["host-cpu"])
     threads: int = 1
     trials: int = 5
-    seed: int = 0
+    seed: int | None = None  # the judgments' input seed: None draws a fresh one per judgment (--seed replays)
     timing: TimingConfig = field(default_factory=TimingConfig)
     baselines: tuple[str, ...] = DEFAULT_BASELINES
     measure: bool = True
@@ -129,7 +129,7 @@ def evaluate_ref(
     ref: CandidateRef, backend: str, cfg: EvalConfig, tracker: str | None = None, peak: dict | None = None
 ) -> Result:
     try:
-        spec = load_candidate(ref.path, ref.problem)
+        spec, digest = read_candidate(ref.path, ref.problem)
     except MalformedCandidate as e:  # the candidate's own fault: recorded, the run goes on
         return Result(ref.problem, ref.sample, backend, candidate=str(ref.path)).failure(
             "parse_error", str(e)
@@ -150,6 +150,7 @@ def evaluate_ref(
         device_retries=cfg.device_retries,
         source=str(ref.path),
         peak=peak,
+        candidate_sha256=digest,
     )
 
 

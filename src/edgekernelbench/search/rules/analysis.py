@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+
 def default_vector_lanes(mcpu: str | None = None) -> int:
     """float32 lanes of the widest vector unit, from LLVM's features: 16 with AVX-512, else 8. `mcpu`: an
     LLVM CPU name; None: this host (its detected features: a hypervisor may hide AVX-512 from a CPU
