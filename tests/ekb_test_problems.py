@@ -233,3 +233,11 @@ _fixture(
     atol=1e-5,
     rtol=1e-5,
 )
+
+
+def _softmax(g):
+    x = g.input("x", (4, 16), scale=2.0)  # logits, as L1/softmax_mobilebert_attn draws them
+    g.output(g.node("Softmax", [x], axis=-1))
+
+
+_fixture("L1/tiny_softmax", "nlp", "softmax", "test fixture: softmax over the last axis of 4x16 logits", _softmax)

@@ -6,6 +6,7 @@ from tvm.script import ir as I
 from tvm.script import relax as R
 from tvm.script import tirx as T
 
+from edgekernelbench.backends.registry import as_profile
 from edgekernelbench.harness.api import evaluate
 from edgekernelbench.harness.isolation import Limits
 from edgekernelbench.harness.timing import TimingConfig
@@ -54,12 +55,20 @@ def test_correct_candidate_passes_and_is_timed():
     env = r.extra["timing_env"]  # pinned to one CPU, with what the rest of the machine did meanwhile
     assert env["pinned_cpu"] is not None and env["cpus"] == [env["pinned_cpu"]]
     assert env["seconds"] > 0 and isinstance(env["disturbed"], bool)
-    if r.extra["runner"] == "separate process":  # timed around requests: their fixed cost, amortised
-        from edgekernelbench.harness.timing import MAX_ROUND_MS
+    # the candidate and tvm-default: each in a runner of its own, timed around requests whose fixed cost
+    # their rounds amortise, over the timing input sets in turn, some of their calls checked
+    from edgekernelbench.harness.timing import MAX_ROUND_MS
 
-        round_ms = r.runtime.number * r.runtime.median * 1e3
-        assert env["request_overhead_us"] >= env["round_trip_us"] > 0
-        assert round_ms >= 0.9 * min(MAX_ROUND_MS, 100 * env["request_overhead_us"] / 1e3)
+    assert r.extra["runner"].startswith("separate process")
+    round_ms = r.runtime.number * r.runtime.median * 1e3
+    assert env["request_overhead_us"] >= env["round_trip_us"] > 0
+    assert round_ms >= 0.9 * min(MAX_ROUND_MS, 100 * env["request_overhead_us"] / 1e3)
+    calls = r.extra["timed_calls"]
+    assert calls["input_sets"] == 3 and calls["state_checks"] == len(cand) + 1
+    where = [c["where"] for c in calls["calls_checked"]]
+    assert where[0] == "the first timed call" and where[-1] == "after the last round"
+    assert all(c["ok"] for c in calls["calls_checked"]) and isinstance(r.seed, int)
+    assert r.correctness.inputs[0] == "typical" and len(r.correctness.inputs) >= 3  # and stress inputs
 
 
 @pytest.mark.parametrize(
@@ -255,24 +264,28 @@ def test_the_host_backend_compiles_the_kernels_once():
     assert not remote.kernels.mod.same_as(remote.graph.mod.imports[0])  # its own library, its own file
 
 
-def test_a_timed_round_makes_exactly_the_calls_it_counts():
-    """TVM's time evaluator makes EVALUATOR_WARMUP_CALLS untimed calls before its `number` timed ones (a
-    kernel that counts its calls says so); the runner's caller makes exactly `number` calls, so the judge,
-    timing the candidate's round from outside, divides by the calls that ran (with the evaluator's warm-up
-    inside the timed request, a 4 ms model measured 1.5x its time at 2 calls per round)."""
+@pytest.mark.parametrize("loop", ["c", "python"])
+def test_timed_calls_take_the_input_sets_in_turn_and_make_exactly_the_calls_they_count(loop):
+    """The runner's timed calls (backends/call_loop.py) take the bound input sets in turn, continuing from
+    one request to the next, and make exactly the calls they count, in C and in Python (a kernel that
+    counts its calls in its input says so: each set's counter)."""
     import tvm
 
-    from edgekernelbench.backends.host import EVALUATOR_WARMUP_CALLS, LocalBackend, LocalLoaded
-    from edgekernelbench.backends.registry import as_profile
+    from edgekernelbench.backends.call_loop import resolve_library
+    from edgekernelbench.backends.host import LocalBackend, LocalLoaded
 
+    lib, why = resolve_library() if loop == "c" else (None, "asked for")
+    if loop == "c" and lib is None:
+        pytest.skip(f"no C call loop here: {why}")
     loaded = LocalLoaded(LocalBackend(as_profile("host-cpu", 1)).build(Count), tvm.cpu())
-    for number in (1, 2, 5):
-        calls = tvm.runtime.tensor(np.zeros(1, "int32"))
-        loaded.caller("main", [calls])(number)
-        assert int(calls.numpy()[0]) == number
-    calls = tvm.runtime.tensor(np.zeros(1, "int32"))
-    loaded.timer("main", [calls])(3)
-    assert int(calls.numpy()[0]) == 3 + EVALUATOR_WARMUP_CALLS
+    counters = [tvm.runtime.tensor(np.zeros(1, "int32")) for _ in range(3)]
+    caller = loaded.rotating("main", [[c] for c in counters], lib, why)
+    assert caller.how.startswith(f"{loop} loop")
+    caller.run(7)  # sets 0 1 2 0 1 2 0
+    caller.run(1)  # set 1
+    assert caller.call_next().numpy()[0] == 3  # set 2, its third call
+    assert [int(c.numpy()[0]) for c in counters] == [3, 3, 3] and caller.calls == 9
+    assert caller.next_set == 0
 
 
 @I.ir_module

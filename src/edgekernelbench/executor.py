@@ -173,3 +173,24 @@ class KernelRunner:
         if any(not isinstance(t, tvm.runtime.Tensor) for t in flat):
             raise GraphError(f"{fname} returns a nested tuple")
         return flat
+
+
+def constant_tensors(func) -> list:
+    """The tensor of every distinct Relax constant in `func`: the storage its built executable uses itself
+    (tvm.compile keeps the IR's tensors), so a kernel that writes into a constant changes what every later
+    call reads."""
+    import tvm
+    import tvm_ffi
+    from tvm.ir.expr import Constant
+
+    found: list = []
+
+    def visit(node):
+        if isinstance(node, Constant):  # a tensor constant (its IntImm and FloatImm kin hold numbers)
+            value = node.data if hasattr(node, "data") else getattr(node, "value", None)
+            if isinstance(value, tvm.runtime.Tensor) and not any(value.same_as(f) for f in found):
+                found.append(value)
+        return tvm_ffi.WalkResult.ADVANCE
+
+    tvm_ffi.structural_walk(func, visit, order="pre")
+    return found

@@ -51,6 +51,8 @@ class Correctness:
     first_failing_trial: int | None = None
     reason: str | None = None
     detail: str = ""
+    inputs: list[str] = field(default_factory=list)  # each counted trial's distribution (harness/inputs.py)
+    uncounted: list[str] = field(default_factory=list)  # trials left out: the oracle's output was not finite
 
 
 @dataclass

@@ -152,11 +152,14 @@ def tir_pipeline() -> str:
     return TIR_PIPELINE
 
 
-def compile(mod, target, **kwargs):  # noqa: A001  (tvm.compile with this project's TIR lowering)
-    """tvm.compile with tir_pipeline=tir_pipeline(): every build of a kernel, a graph, a baseline or a
-    candidate in this project goes through here, so all of them are lowered alike."""
+def compile(mod, target, *, stock: bool = False, **kwargs):  # noqa: A001  (tvm.compile, this project's TIR lowering)
+    """tvm.compile with tir_pipeline=tir_pipeline(): every build of a kernel, a graph or a candidate in this
+    project goes through here, so all of them are lowered alike. `stock`: TVM's own lowering instead, as
+    `tvm.compile` gives it (the "tvm-default" baseline: baselines/tvm_default.py)."""
     import tvm
 
+    if stock:
+        return tvm.compile(mod, target, **kwargs)
     return tvm.compile(mod, target, tir_pipeline=tir_pipeline(), **kwargs)
 
 

@@ -1,10 +1,14 @@
 """A kernel faster than the machine allows: flagged, judged again with poisoned outputs, never fast.
 
-The attack: a matmul that computes one output element first and, when the output buffer already holds
-that value (the previous timed call left it there; compared within 1e-3, since LLVM may contract the
-probe's and the matmul's sums into FMAs differently on another CPU), skips the rest. Every correctness trial starts from
-a sentinel-filled output, so it computes and is correct; the timing loop calls it back to back on the
-same inputs, so it skips nearly all its work there."""
+The attack of this file's first version: a matmul that computes one output element first and, when the
+output buffer already holds that value (the previous timed call left it there), skips the rest. Every
+correctness trial starts from a sentinel-filled output, so it computed there; timed back to back on the
+same inputs, it skipped nearly all its work. The timed calls now take several input sets in turn
+(backends/call_loop.py): the previous call's output is never this call's result, so it computes on every
+call and its time is the whole matmul's. The plausibility check stays the backstop for what gets past
+that (a kernel that keeps several outputs of inputs it has seen): a result faster than the physical bound
+is judged again by a fresh judge that times every kernel on poisoned outputs, and never counts as fast
+unless that judge confirms it."""
 
 from __future__ import annotations
 
@@ -62,19 +66,38 @@ def judge(body: str):
     )
 
 
-def test_a_kernel_that_reuses_its_last_output_is_implausible_and_never_fast():
-    # The skip needs the VM's pooled allocator to hand the output buffer back to the next call, which a
-    # loaded machine does not always do (then the attack computes and is plausible): up to 3 judgments.
-    for _ in range(3):
-        r = judge(CACHING)
-        assert r.correct, r.detail  # every correctness trial computed
-        plaus = r.extra["plausibility"]
-        if plaus["seconds"] < 0.5 * plaus["bound_s"]:  # it did skip its work while timed
-            break
-        assert plaus["status"] == "plausible"  # it computed: no flag
+def test_a_kernel_that_reuses_its_last_output_computes_on_rotated_inputs():
+    r = judge(CACHING)
+    assert r.correct, r.detail  # every correctness trial and every checked timed call computed
+    plaus = r.extra["plausibility"]
     assert plaus["bound_s"] == 4194304 / 2e10
-    assert plaus["seconds"] < 0.5 * plaus["bound_s"], plaus
-    # the fresh judge, outputs poisoned before every call, sees the full matmul
+    assert plaus["status"] == "plausible" and plaus["seconds"] >= 0.5 * plaus["bound_s"], plaus
+
+
+def test_a_result_faster_than_the_bound_is_judged_again_and_never_fast_unless_confirmed():
+    """The backstop, fed a result it must not believe: the honest matmul's own judgment, its time
+    replaced by 1 us (far below the 210 us bound). A fresh judge times every kernel on poisoned outputs,
+    finds the whole matmul's time, and the result is "implausible": never fast."""
+    from dataclasses import replace
+
+    from edgekernelbench.harness.api import check_plausible
+    from edgekernelbench.harness.job import Job
+
+    honest = judge(HONEST)
+    assert honest.correct, honest.detail
+    job = Job(
+        problem=PROBLEM,
+        sample=0,
+        backend="host-cpu",
+        spec=KernelSpec(problem=PROBLEM, module=module(HONEST), method="attack").to_dict(),
+        trials=1,
+        timing={"warmup_ms": 5.0, "min_repeat_ms": 2.0, "rounds": 3},
+        baselines=["tvm-default"],
+    )
+    honest.runtime = replace(honest.runtime, median=1e-6)
+    honest.extra.pop("plausibility", None)
+    r = check_plausible(honest, job, Limits(timeout_s=300, memory_mb=4096), PEAK)
+    plaus = r.extra["plausibility"]
     assert plaus["status"] == "implausible" and plaus["poisoned_seconds"] >= 0.5 * plaus["bound_s"], plaus
     assert metrics.verdict(r, 1.0, "tvm-default") == "implausible"
     assert not metrics.is_fast(r, 0.0, "tvm-default")
@@ -97,4 +120,4 @@ for i, j in T.grid(128, 128):
     spec = KernelSpec(problem=PROBLEM, module=module(oob), method="attack")
     r = evaluate(PROBLEM, spec, trials=1, measure=False, limits=Limits(timeout_s=120, memory_mb=4096))
     assert r.reason == "crash" and "candidate's process died" in r.detail, (r.reason, r.detail)
-    assert r.extra.get("runner") == "separate process" and r.compiled  # the judge lived to say so
+    assert r.extra.get("runner") == "separate process (forked)" and r.compiled  # the judge lived to say so

@@ -58,7 +58,7 @@ def test_an_episode_is_judged_by_children_of_one_warm_judge(started):
     assert started[0].proc.poll() is not None  # closed with the block
     for r in (right, wrong, again):
         assert all(r.extra["isolation"][p]["forked"] for p in ("builder", "judge")), r.extra["isolation"]
-    assert right.extra["runner"] == "separate process"
+    assert right.extra["runner"] == "separate process (forked)"
     fresh = judge(attack("pass", WRONG))  # outside the block: fresh workers again
     assert fresh.reason == "wrong_output" and not fresh.extra["isolation"]["judge"]["forked"]
 
@@ -138,7 +138,7 @@ def test_an_l3_models_judge_runs_its_candidate_in_a_separate_process():
     problem = get_problem("L3/cnn1d_har")
     r = evaluate(problem.id, reference_spec(problem), measure=False, trials=1, limits=LIMITS)
     assert r.correct, r.detail
-    assert r.extra["runner"] == "separate process", r.extra["runner"]
+    assert r.extra["runner"] == "separate process (forked)", r.extra["runner"]
 
 
 def test_a_problem_takes_the_graph_its_parent_built(tmp_path):

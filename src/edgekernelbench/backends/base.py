@@ -95,8 +95,10 @@ class Backend(abc.ABC):
         """The tvm.target.Target to build for."""
 
     @abc.abstractmethod
-    def build(self, mod, extra_attrs: dict | None = None) -> Built:
-        """Compiles a fused Relax module (Relax functions + PrimFuncs)."""
+    def build(self, mod, extra_attrs: dict | None = None, stock: bool = False) -> Built:
+        """Compiles a fused Relax module (Relax functions + PrimFuncs). `stock`: as tvm.compile builds it
+        (TVM's default Relax pipeline for the target and its own TIR lowering: the "tvm-default"
+        baseline), not with this project's lowering (tvm_env.compile)."""
 
     @abc.abstractmethod
     def session(self) -> Session:

@@ -160,13 +160,13 @@ class CrossBackend(Backend):
         if self.profile.run == "emulated":
             self.emulator()
 
-    def build(self, mod, extra_attrs=None) -> CrossBuilt:
+    def build(self, mod, extra_attrs=None, stock: bool = False) -> CrossBuilt:
         self.check_toolchain()
         cc = self.compiler()
         t0 = time.perf_counter()
         lib_mod = primfunc_library(mod)
         names = sorted(gv.name_hint for gv in lib_mod.functions)
-        kernels = tvm_compile(lib_mod, self.target(extra_attrs))
+        kernels = tvm_compile(lib_mod, self.target(extra_attrs), stock=stock)
         tmp = tempfile.TemporaryDirectory(prefix=f"ekb-{self.name}-")
         work = Path(tmp.name)
         obj = work / "kernels.o"

@@ -227,7 +227,7 @@ class GPUBackend(Backend):
         t.update(extra_attrs or {})
         return tvm.target.Target(t, host=self.profile.host or {"kind": "llvm"})
 
-    def build(self, mod, extra_attrs=None) -> GPUBuilt:
+    def build(self, mod, extra_attrs=None, stock: bool = False) -> GPUBuilt:
         import tvm
         from tvm import relax
 
@@ -240,14 +240,14 @@ class GPUBackend(Backend):
         unbound = unbound_primfuncs(lowered)
         if unbound:
             raise UnboundLoops(unbound, target.kind.name)
-        graph = tvm_compile(lowered, target, relax_pipeline=None)
+        graph = tvm_compile(lowered, target, stock=stock, relax_pipeline=None)
         devs = device_modules(graph.mod)
         if not devs and any(isinstance(f, tvm.tirx.PrimFunc) for f in lowered.functions.values()):
             names = sorted(
                 gv.name_hint for gv, f in lowered.functions.items() if isinstance(f, tvm.tirx.PrimFunc)
             )
             raise UnboundLoops({n: [] for n in names}, target.kind.name)
-        kernels = tvm_compile(primfunc_library(mod), target) if self.profile.can_check else None
+        kernels = tvm_compile(primfunc_library(mod), target, stock=stock) if self.profile.can_check else None
         language = SOURCE_LANGUAGE.get(target.kind.name, target.kind.name)
         source = "\n".join(m.inspect_source() for m in devs)  # NB inspect_source("cu") returns ""
         return GPUBuilt(

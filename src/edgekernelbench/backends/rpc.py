@@ -327,9 +327,9 @@ class RPCBackend(Backend):
             raise ToolchainMissing(f"{cc} not found: install {pkg} (make toolchains)")
         return tvm_cc.cross_compiler(path)
 
-    def build(self, mod, extra_attrs=None) -> RemoteBuilt:
+    def build(self, mod, extra_attrs=None, stock: bool = False) -> RemoteBuilt:
         t0 = time.perf_counter()
-        inner = self._builder.build(mod, extra_attrs)
+        inner = self._builder.build(mod, extra_attrs, stock)
         if inner.kernels is None:
             raise EKBError(f"{self.name}: the build has no kernel library to run")
         tmp = tempfile.TemporaryDirectory(prefix=f"ekb-rpc-{self.name}-")

@@ -129,20 +129,22 @@ def _declare(lib) -> None:
     lib.ekb_ort_bind.argtypes = [vp, i32, ctypes.c_char_p, vp, sz, ctypes.POINTER(ctypes.c_int64), sz, i32]
     lib.ekb_ort_bind.restype = i32
     lib.ekb_ort_run_once.argtypes, lib.ekb_ort_run_once.restype = [vp], i32
+    lib.ekb_ort_new_binding.argtypes, lib.ekb_ort_new_binding.restype = [vp], i32
     lib.ekb_ort_run.argtypes, lib.ekb_ort_run.restype = [vp, ctypes.c_int64], ctypes.c_double
     lib.ekb_ort_close.argtypes, lib.ekb_ort_close.restype = [vp], None
 
 
 class NativeORTTimer:
     """One ONNX Runtime session driven by the C timer library at `lib_path`, with the baseline's
-    session options, `inputs` bound as they are and `outputs` (name -> preallocated array, written by
-    each run) bound as outputs. run(number) -> seconds per call. Raises NativeTimerError."""
+    session options, `inputs` bound as they are (one set, or a list of sets: one I/O binding each, taken
+    by the runs in turn) and `outputs` (name -> preallocated array, written by each run) bound as outputs
+    of every binding. run(number) -> seconds per call. Raises NativeTimerError."""
 
     def __init__(
         self,
         lib_path: str | Path,
         model: bytes,
-        inputs: dict[str, np.ndarray],
+        inputs: dict[str, np.ndarray] | list[dict[str, np.ndarray]],
         outputs: dict[str, np.ndarray],
         threads: int,
         optimize: bool = True,
@@ -171,9 +173,12 @@ class NativeORTTimer:
         self._finalizer = weakref.finalize(self, lib.ekb_ort_close, self._handle)
         if rc != 0:
             raise NativeTimerError(f"onnxruntime {self.version} C API: {self.error()}")
-        for is_output, arrays in ((0, inputs), (1, outputs)):
-            for name, arr in arrays.items():
-                self._bind(is_output, name, arr)
+        for k, feeds in enumerate([inputs] if isinstance(inputs, dict) else inputs):
+            if k and lib.ekb_ort_new_binding(self._handle) != 0:
+                raise NativeTimerError(f"onnxruntime {self.version} C API: {self.error()}")
+            for is_output, arrays in ((0, feeds), (1, outputs)):
+                for name, arr in arrays.items():
+                    self._bind(is_output, name, arr)
 
     def error(self) -> str:
         return (self._lib.ekb_ort_error(self._handle) or b"").decode(errors="replace")

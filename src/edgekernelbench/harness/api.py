@@ -100,6 +100,8 @@ def evaluate(
     job.tracker = tracker
     if measure and "onnxruntime" in baselines and backend_profile.kind != "gpu":
         prepare_ort_timer(job)
+    if measure and backend_profile.kind == "host":
+        prepare_call_loop(job)
     res = run_in_worker(job, limits)
     lost = []
     for _ in range(device_retries if tracker else 0):
@@ -177,6 +179,14 @@ def prepare_ort_timer(job: Job) -> None:
     from ..baselines.ort_native import resolve_library
 
     job.ort_timer_lib, job.ort_timer_unavailable = resolve_library()
+
+
+def prepare_call_loop(job: Job) -> None:
+    """Resolves (builds once, into the user's cache) the C loop of the timed calls here, in the parent, and
+    hands its path to the worker, whose runners only load it (backends/call_loop.py)."""
+    from ..backends.call_loop import resolve_library
+
+    job.call_loop_lib, job.call_loop_unavailable = resolve_library()
 
 
 def time_floors(

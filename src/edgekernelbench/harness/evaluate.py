@@ -22,16 +22,13 @@ from ..errors import (
 )
 from ..executor import GraphError, KernelFault
 from ..records import Correctness, Result
+from .inputs import TYPICAL, InputPlan, fresh_seed, output_scales
 from .job import Job
-from .runner import CandidateBuildError, Runner, RunnerDied, fork_runner
+from .runner import CandidateBuildError, Runner, RunnerDied, RunnerProxy, start_runner
 from .timing import MachineWatch, TimingConfig, paired_speedup, pin_thread, time_interleaved
 from .verify import verify_module, verify_target_attrs
 
 log = logging.getLogger(__name__)
-
-
-def trial_seed(base: int, trial: int) -> int:
-    return (base * 1_000_003 + 7919 * (trial + 1)) % (2**31)
 
 
 def _shape_dtype(sinfo):
@@ -61,8 +58,9 @@ def check_signature(mod, problem, reference) -> None:
             )
 
 
-def _compare(outs, expected, atol, rtol) -> tuple[str | None, str, list[float], list[float]]:
-    """Returns (reason or None, detail, max abs errors, max rel errors)."""
+def _compare(outs, expected, atol, rtol, scales=None) -> tuple[str | None, str, list[float], list[float]]:
+    """Returns (reason or None, detail, max abs errors, max rel errors). `scales`: per output, the factor
+    on atol (harness/inputs.py output_scales; 1 by default)."""
     if len(outs) != len(expected):
         return "signature", f"{len(outs)} outputs, expected {len(expected)}", [], []
     abs_errs, rel_errs = [], []
@@ -85,29 +83,50 @@ def _compare(outs, expected, atol, rtol) -> tuple[str | None, str, list[float], 
                     [],
                     [],
                 )
+            inf = np.isinf(of) & np.isfinite(ef)
+            if inf.any():
+                first = np.argwhere(inf)[0].tolist()
+                return (
+                    "wrong_output",
+                    f"output {i}: {int(inf.sum())} of {o.size} elements are infinite where the oracle's "
+                    f"are finite; first at {first}: got {of[tuple(first)]}, expected {ef[tuple(first)]:.6g}",
+                    [],
+                    [],
+                )
         diff = np.abs(of - ef)
+        diff = np.where(np.isnan(ef) & np.isnan(of), 0.0, diff)
         abs_errs.append(float(diff.max()) if diff.size else 0.0)
         rel_errs.append(float((diff / np.maximum(np.abs(ef), 1e-12)).max()) if diff.size else 0.0)
-        bad = ~(diff <= atol + rtol * np.abs(ef))
+        scale = scales[i] if scales else 1.0
+        bad = ~(diff <= atol * scale + rtol * np.abs(ef))
         if bad.any():
             idx = np.argwhere(bad)[0].tolist()
             return (
                 "wrong_output",
                 f"output {i}: {int(bad.sum())} of {o.size} elements differ; max abs err "
                 f"{abs_errs[-1]:.3g}; first at {idx}: "
-                f"got {of[tuple(idx)]:.6g}, expected {ef[tuple(idx)]:.6g}",
+                f"got {of[tuple(idx)]:.6g}, expected {ef[tuple(idx)]:.6g}"
+                + (f" (atol at this output's scale: {atol * scale:.3g})" if scale != 1.0 else ""),
                 abs_errs,
                 rel_errs,
             )
     return None, "", abs_errs, rel_errs
 
 
-def check_correctness(runner: Runner, problem, oracle, trials: int, seed: int) -> Correctness:
+def _finite(outputs) -> bool:
+    return all(not np.issubdtype(o.dtype, np.floating) or bool(np.isfinite(o).all()) for o in outputs)
+
+
+def check_correctness(runner: Runner, problem, oracle, plan: InputPlan) -> Correctness:
+    """Every trial of `plan` (typical and stress inputs, harness/inputs.py): the candidate kernel by kernel
+    (sentinel-filled outputs), the oracle, the candidate again through the VM; both of the candidate's
+    outputs must match the oracle's. A trial counts only where the oracle's outputs are finite."""
     c = Correctness(correct=False, trials=0)
     worst_abs: list[float] = []
     worst_rel: list[float] = []
-    for t in range(trials):
-        inputs = problem.sample_inputs(trial_seed(seed, t))
+    typical = None  # the first typical trial's oracle outputs: the scale of the problem's outputs
+    for trial in plan.trials():
+        t, inputs = trial.index, trial.inputs
         originals = {k: v.copy() for k, v in inputs.items()}
         try:
             first = runner.run_kernels(inputs, variant=t % 2)  # candidate, before the reference
@@ -115,7 +134,7 @@ def check_correctness(runner: Runner, problem, oracle, trials: int, seed: int) -
             second = runner.run_vm(inputs)  # candidate again, through the VM
         except KernelFault as e:
             raise_device_failure(runner.session, e)
-            c.reason, c.detail, c.first_failing_trial = e.reason, str(e), t
+            c.reason, c.detail, c.first_failing_trial = e.reason, f"trial {t} ({trial.kind} inputs): {e}", t
             return c
         except GraphError as e:
             raise_device_failure(runner.session, e)
@@ -125,21 +144,33 @@ def check_correctness(runner: Runner, problem, oracle, trials: int, seed: int) -
             raise
         except Exception as e:
             raise_device_failure(runner.session, e)
-            c.reason, c.detail, c.first_failing_trial = "runtime_error", last_line(e), t
+            c.reason, c.detail = "runtime_error", f"trial {t} ({trial.kind} inputs): {last_line(e)}"
+            c.first_failing_trial = t
             return c
         if any(not np.array_equal(inputs[k], originals[k]) for k in inputs):
             c.reason, c.detail, c.first_failing_trial = "input_mutated", "a graph input changed", t
             return c
-        c.trials = t + 1
+        if not _finite(expected):  # the oracle's own output overflowed: this trial does not count
+            c.uncounted.append(f"trial {t} ({trial.kind}): the oracle's output is not finite")
+            continue
+        if trial.kind == TYPICAL and typical is None:
+            typical = expected
+        scales = output_scales(expected, typical) if trial.kind != TYPICAL else None
+        c.trials += 1
+        c.inputs.append(trial.kind)
         for label, outs in (("kernel-by-kernel run", first), ("VM run", second)):
-            reason, detail, abs_e, rel_e = _compare(outs, expected, problem.atol, problem.rtol)
+            reason, detail, abs_e, rel_e = _compare(outs, expected, problem.atol, problem.rtol, scales)
             if abs_e:
                 worst_abs = [max(a, b) for a, b in zip(worst_abs, abs_e, strict=True)] if worst_abs else abs_e
                 worst_rel = [max(a, b) for a, b in zip(worst_rel, rel_e, strict=True)] if worst_rel else rel_e
             c.max_abs_err, c.max_rel_err = worst_abs, worst_rel
             if reason:
-                c.reason, c.detail, c.first_failing_trial = reason, f"trial {t}, {label}: {detail}", t
+                c.reason, c.first_failing_trial = reason, t
+                c.detail = f"trial {t} ({trial.kind} inputs), {label}: {detail}"
                 return c
+    if not c.trials:
+        c.reason, c.detail = "infra", "the oracle's outputs were not finite on any trial: nothing was checked"
+        return c
     c.correct = True
     return c
 
@@ -159,7 +190,7 @@ def run_job(job: Job, module_source: Callable[[], object] | None = None) -> Resu
     materialized here (a trusted caller's own specs only: that runs the candidate's Python in this
     process). A failure of the device it runs on (see Session.diagnose) is recorded with the device's
     reason: "infra" (with extra["device_lost"] when another device may do), "timeout" or "crash"."""
-    state: dict = {}
+    state: dict = {"runners": []}
     try:
         res = _run_job(job, state, module_source)
     except RunnerDied as e:  # the candidate's own process died (e.g. a segfault in a kernel)
@@ -176,16 +207,62 @@ def run_job(job: Job, module_source: Callable[[], object] | None = None) -> Resu
             res.extra["device_lost"] = True
         res = _done(res, state["laps"])
     finally:
-        if state.get("proxy") is not None:
-            state["proxy"].close()
+        for proxy in state["runners"]:
+            proxy.close()
     if hasattr(state.get("session"), "describe"):
         res.extra.update(state["session"].describe())
     return res
 
 
+def _on_host(backend) -> bool:
+    """Whether the candidate runs on this machine's CPU: then in a runner process of its own, and every TVM
+    contender is timed through one (harness/runner.py)."""
+    from ..backends.host import LocalBackend
+
+    return isinstance(backend, LocalBackend) and backend.profile.kind == "host"
+
+
+def _start_runners(job: Job, backend, session, reference, problem, res: Result, state: dict) -> dict:
+    """The runners of a judgment on this machine's CPU, started before the oracle, the seed or anything of
+    the candidate exists here: {"candidate": proxy, <each TVM baseline timed>: proxy}. A TVM baseline
+    builds and loads in its own runner at once (built before the fork in a warm judge)."""
+    from ..baselines.tvm_default import TVM_BASELINES
+
+    sandbox = _runner_sandbox(job)
+    spawn = {
+        "problem": problem.id,
+        "graph_dir": _graph_dir(problem),
+        "backend_profile": backend.profile.to_dict(),
+        "threads": job.threads,
+    }
+    proxies = {}
+    timed = (
+        [n for n in TVM_BASELINES if n in job.baselines] if job.measure and backend.profile.can_time else []
+    )
+    for name in ["candidate", *timed]:
+        proxy, how = start_runner(backend, session, reference, sandbox, spawn)
+        state["runners"].append(proxy)
+        proxies[name] = proxy
+        if name == "candidate":
+            res.extra["runner"] = how
+    for name in timed:
+        proxies[name].load_baseline(name)
+    return proxies
+
+
+def _graph_dir(problem) -> str:
+    """Where a spawned runner finds the problem's graph as this judge has it: written into the judge's job
+    directory (its temporary directory) the first time one is asked for."""
+    from ..problems.base import GRAPH_FILE
+
+    where = Path(tempfile.gettempdir())
+    if not (where / GRAPH_FILE).is_file():
+        problem.export_graph(where)
+    return str(where)
+
+
 def _run_job(job: Job, state: dict, module_source=None) -> Result:
     from ..backends.gpu import DeviceUnavailable
-    from ..backends.host import LocalBackend
     from ..backends.registry import backend_for
     from ..ir.replay import materialize
     from ..ir.spec import KernelSpec
@@ -220,21 +297,30 @@ def _run_job(job: Job, state: dict, module_source=None) -> Result:
     except DeviceUnavailable as e:  # this machine's fault (no GPU or runtime), not the candidate's
         return _done(res.failure("infra", str(e)), laps)
     state.update(res=res, session=session, laps=laps)
-    proxy = None
-    if isinstance(backend, LocalBackend) and backend.profile.kind == "host":
-        # the candidate's native code will run in its own process, forked now: one thread, no oracle yet
-        proxy, why = fork_runner(backend, session, reference, _runner_sandbox(job))
-        state["proxy"] = proxy
-        res.extra["runner"] = "separate process" if proxy else f"in the judge: {why}"
-        laps.mark("fork_runner")
+    proxies: dict[str, RunnerProxy] = {}
+    if _on_host(backend):  # the candidate's native code and every TVM contender: in runners of their own
+        proxies = _start_runners(job, backend, session, reference, problem, res, state)
+        laps.mark("start_runners")
+    else:
+        res.extra["runner"] = (
+            f"on the device ({backend.profile.run})"
+            if backend.profile.run in ("remote", "emulated")
+            else f"in the judge: a {backend.profile.kind} backend's host code runs in the judge's process"
+        )
+    # the judgment's inputs: from a seed drawn now, after every process that runs a candidate started
+    res.seed = job.seed if job.seed is not None else fresh_seed()
+    plan = InputPlan(problem, res.seed, job.trials, TimingConfig(**job.timing).input_sets)
 
-    # Trusted work first, while a builder materializes the candidate: baselines (built; on this machine's
-    # CPU also loaded, its code generated; a device is reached for the candidate first, so that a device
-    # that cannot run it fails on the candidate's build) and the oracle.
+    # Trusted work first, while a builder materializes the candidate: baselines off this machine's CPU
+    # (built; a device is reached for the candidate first, so that a device that cannot run it fails on
+    # the candidate's build) and the oracle.
     baselines = {}
-    if job.measure and backend.profile.can_time and "tvm-default" in job.baselines:
-        mod, built = tvm_default_built(problem.id, reference, backend)
-        baselines["tvm-default"] = _loader(mod, built, session, reference, now=proxy is not None)
+    if not proxies and job.measure and backend.profile.can_time:
+        from ..baselines.tvm_default import TVM_BASELINES
+
+        for name in (n for n in TVM_BASELINES if n in job.baselines):
+            mod, built = baseline_built(name, reference, backend)
+            baselines[name] = _loader(mod, built, session, reference)
     oracle, oracle_error = None, ""
     if backend.profile.can_check:
         try:
@@ -268,7 +354,8 @@ def _run_job(job: Job, state: dict, module_source=None) -> Result:
     except ForbiddenConstruct as e:
         return _done(res.failure("forbidden", str(e)), laps)
     laps.mark("verify")
-    if proxy is not None:  # built and loaded in the runner; the judge never runs the candidate's code
+    if proxies:  # built and loaded in the runner; the judge never runs the candidate's code
+        proxy = proxies.pop("candidate")
         if oracle is None:
             return _done(res.failure("infra", oracle_error), laps)
         res.oracle = oracle.name
@@ -289,7 +376,7 @@ def _run_job(job: Job, state: dict, module_source=None) -> Result:
             res.compiled = True
             return _done(res.failure("runtime_error", "main_transform_params: " + str(e)), laps)
         res.compiled = True
-        return _judge(job, res, proxy, problem, oracle, session, baselines, backend, laps)
+        return _judge(job, res, proxy, problem, oracle, session, proxies, backend, laps, plan)
     try:
         built = backend.build(mod, target_attrs)
     except ToolchainMissing as e:  # this machine's fault, not the candidate's
@@ -322,16 +409,63 @@ def _run_job(job: Job, state: dict, module_source=None) -> Result:
         raise_device_failure(session, e)
         return _done(res.failure("runtime_error", "main_transform_params: " + last_line(e)), laps)
     laps.mark("load")
-    return _judge(job, res, runner, problem, oracle, session, baselines, backend, laps)
+    return _judge(job, res, runner, problem, oracle, session, baselines, backend, laps, plan)
 
 
-def _judge(job, res, runner, problem, oracle, session, baselines, backend, laps) -> Result:
+class TimedCallWrong(Exception):
+    """A checked timed call's outputs differ from the oracle's (`reason`: a FAIL_REASONS value)."""
+
+    def __init__(self, reason: str, detail: str):
+        self.reason = reason
+        super().__init__(detail)
+
+
+CHECKED_ROUNDS = 3  # rounds before which a timed call is checked, besides the first and the last
+
+
+class TimedChecks:
+    """What the judge checks between the timing's rounds (harness/timing.time_interleaved `between`): that
+    nothing main owns changed (its constants, weights, bound inputs: every round), and the outputs of one
+    timed call, against the oracle's for that call's inputs, before the first round, after the last and
+    before CHECKED_ROUNDS rounds drawn from the judgment's seed -- each after the previous call's outputs
+    were overwritten with a fresh sentinel (harness/runner.py). A kernel that changes what it computes
+    after some calls, or on inputs it has seen, fails here."""
+
+    def __init__(self, proxy: RunnerProxy, expected: list[list[np.ndarray]], problem, rng, rounds: int):
+        self.proxy, self.expected, self.problem, self.rng = proxy, expected, problem, rng
+        later = list(range(1, rounds))
+        picks = rng.choice(later, size=min(CHECKED_ROUNDS, len(later)), replace=False) if later else []
+        self.rounds = {0, *(int(r) for r in picks)}
+        self.checked: list[dict] = []
+        self.state_checks = 0
+
+    def __call__(self, r: int | None) -> None:
+        self.proxy.verify_state()
+        self.state_checks += 1
+        if r is None or r in self.rounds:
+            self.check("after the last round" if r is None else f"before round {r}")
+
+    def check(self, where: str) -> None:
+        k, outs = self.proxy.check(int(self.rng.integers(2**62)))
+        if not 0 <= k < len(self.expected):
+            raise TimedCallWrong("runtime_error", f"a timed call ({where}) reported input set {k}")
+        reason, detail, _, _ = _compare(outs, self.expected[k], self.problem.atol, self.problem.rtol)
+        self.checked.append({"where": where, "input_set": k, "ok": reason is None})
+        if reason:
+            raise TimedCallWrong(reason, f"a timed call ({where}, input set {k}): {detail}")
+
+    def record(self) -> dict:
+        return {"calls_checked": self.checked, "state_checks": self.state_checks}
+
+
+def _judge(job, res, runner, problem, oracle, session, baselines, backend, laps, plan: InputPlan) -> Result:
     """Correctness against the oracle, then the timing protocol, for a loaded candidate (`runner`: an
     in-process Runner, or a RunnerProxy to the candidate's own process) against the baselines (name ->
-    loader: `_loader`)."""
+    a RunnerProxy of that baseline's runner on this machine's CPU, or a loader of an in-process Runner:
+    `_loader`)."""
     from ..baselines.onnxruntime import ort_contender
 
-    res.correctness = check_correctness(runner, problem, oracle, job.trials, job.seed)
+    res.correctness = check_correctness(runner, problem, oracle, plan)
     laps.mark("correctness")
     if not res.correctness.correct:
         return _done(res.failure(res.correctness.reason or "wrong_output", res.correctness.detail), laps)
@@ -339,63 +473,92 @@ def _judge(job, res, runner, problem, oracle, session, baselines, backend, laps)
 
     if not job.measure:
         res.timing_status = "skipped: measurement off"
-    elif not backend.profile.can_time:
+        return _done(res, laps)
+    if not backend.profile.can_time:
         res.timing_status = "not measured"  # emulated: timings are not speed
-    else:
-        inputs = problem.sample_inputs(trial_seed(job.seed, 0))
-        contenders = {"candidate": runner.timer(inputs)}
+        return _done(res, laps)
+    cfg = TimingConfig(**job.timing)
+    sets = plan.timing_sets()
+    checks = None
+    if isinstance(runner, RunnerProxy):  # this machine's CPU: every TVM contender through its runner
+        lib, why = job.call_loop_lib, job.call_loop_unavailable
+        contenders = {"candidate": runner.bind(sets, lib, why)}
+        for name, proxy in baselines.items():
+            contenders[name] = proxy.bind(sets, lib, why)
+        checks = TimedChecks(runner, [oracle.run(s) for s in sets], problem, plan.schedule_rng(), cfg.rounds)
+        res.extra["timed_calls"] = {"input_sets": len(sets), "loop": contenders["candidate"].how}
+        baseline_runners = baselines
+    else:  # a device's own timer, on one input set
+        contenders = {"candidate": runner.timer(sets[0])}
         baseline_runners = {name: load() for name, load in baselines.items()}
         for name, runner_b in baseline_runners.items():
-            contenders[name] = runner_b.timer(inputs)
-        if "onnxruntime" in job.baselines and backend.profile.kind == "gpu":
-            res.extra["not_measured"] = {
-                "onnxruntime": "not on a GPU backend: the ORT baseline runs on a CPU (its CUDA provider "
-                "is not wired), so it would not be this device's runtime"
-            }
-        elif "onnxruntime" in job.baselines and backend.profile.run == "remote":
-            # on the device, through `ekb farm server`'s functions, when its server has them
-            from ..baselines.onnxruntime import ORTUnavailable, remote_ort_timer
+            contenders[name] = runner_b.timer(sets[0])
+        res.extra["timed_calls"] = {
+            "input_sets": 1,
+            "loop": f"the {backend.profile.kind} backend's own timer",
+        }
+    if "onnxruntime" in job.baselines and backend.profile.kind == "gpu":
+        res.extra["not_measured"] = {
+            "onnxruntime": "not on a GPU backend: the ORT baseline runs on a CPU (its CUDA provider "
+            "is not wired), so it would not be this device's runtime"
+        }
+    elif "onnxruntime" in job.baselines and backend.profile.run == "remote":
+        # on the device, through `ekb farm server`'s functions, when its server has them
+        from ..baselines.onnxruntime import ORTUnavailable, remote_ort_timer
 
-            try:
-                contenders["onnxruntime"], version, how = remote_ort_timer(
-                    session.connect(), problem, inputs, job.threads
-                )
-                res.extra.update(onnxruntime_on="device", onnxruntime_version=version, onnxruntime_timer=how)
-            except ORTUnavailable as e:
-                if e.__cause__ is not None:  # a remote call failed: the device's fault, or ORT's
-                    raise_device_failure(session, e.__cause__)
-                res.extra["not_measured"] = {"onnxruntime": str(e)}
-        elif "onnxruntime" in job.baselines:
-            # a C loop over RunWithBinding (the library the parent built), else Python I/O binding
-            contenders["onnxruntime"], how = ort_contender(
-                problem, inputs, job.threads, job.ort_timer_lib, job.ort_timer_unavailable
+        try:
+            contenders["onnxruntime"], version, how = remote_ort_timer(
+                session.connect(), problem, sets[0], job.threads
             )
-            res.extra.update(onnxruntime_on="host", onnxruntime_timer=how)
-        laps.mark("timers")
-        timings = _time_here(contenders, job, backend, res, runner)
-        laps.mark("timing")
-        res.runtime = timings.pop("candidate")
-        res.baselines = timings
-        for n, t in timings.items():
-            if res.runtime.median > 0:
-                s, lo, hi = paired_speedup(t, res.runtime)
-                res.speedups[n], res.speedup_ci[n] = s, [lo, hi]
-        res.timing_status = "measured"
-        if "onnxruntime" in res.baselines and res.extra.get("onnxruntime_on") != "device":
-            res.extra["onnxruntime_output"] = _ort_output(problem, oracle, inputs, job.threads)
-        if job.confirm:  # a fresh judge of an implausibly fast result (harness/api.py check_plausible)
-            try:
-                res.extra["confirm"] = runner.poisoned_time(inputs)
-            except NotImplementedError as e:
-                res.extra["confirm"] = {"seconds": None, "why": str(e)}
-        if job.profile:
-            rounds = max(3, job.timing["rounds"] // 3)  # kernels side by side: no pair to resolve
-            profile_cfg = TimingConfig(**{**job.timing, "rounds": rounds, "max_rounds": 0})
-            only = list(job.profile) if isinstance(job.profile, list) else None
-            res.extra["kernels"] = runner.profile(inputs, profile_cfg, only)
-            laps.mark("profile")
-            for name, runner_b in baseline_runners.items() if only is None else ():
-                res.extra[f"kernels:{name}"] = runner_b.profile(inputs, profile_cfg)
+            res.extra.update(onnxruntime_on="device", onnxruntime_version=version, onnxruntime_timer=how)
+        except ORTUnavailable as e:
+            if e.__cause__ is not None:  # a remote call failed: the device's fault, or ORT's
+                raise_device_failure(session, e.__cause__)
+            res.extra["not_measured"] = {"onnxruntime": str(e)}
+    elif "onnxruntime" in job.baselines:
+        # a C loop over RunWithBinding (the library the parent built), else Python I/O binding; the
+        # input sets in turn, as the TVM contenders take them
+        contenders["onnxruntime"], how = ort_contender(
+            problem, sets if checks else sets[0], job.threads, job.ort_timer_lib, job.ort_timer_unavailable
+        )
+        res.extra.update(onnxruntime_on="host", onnxruntime_timer=how)
+    laps.mark("timers")
+    try:
+        if checks is not None:
+            checks.check("the first timed call")
+        timings = _time_here(contenders, job, backend, res, [runner, *baselines.values()], checks)
+    except TimedCallWrong as e:
+        res.correct = False
+        return _done(res.failure(e.reason, str(e)), laps)
+    except KernelFault as e:  # the runner found main's constants, weights or inputs changed
+        res.correct = False
+        return _done(res.failure(e.reason, str(e)), laps)
+    finally:
+        if checks is not None:
+            res.extra["timed_calls"].update(checks.record())
+    laps.mark("timing")
+    res.runtime = timings.pop("candidate")
+    res.baselines = timings
+    for n, t in timings.items():
+        if res.runtime.median > 0:
+            s, lo, hi = paired_speedup(t, res.runtime)
+            res.speedups[n], res.speedup_ci[n] = s, [lo, hi]
+    res.timing_status = "measured"
+    if "onnxruntime" in res.baselines and res.extra.get("onnxruntime_on") != "device":
+        res.extra["onnxruntime_output"] = _ort_output(problem, oracle, sets[0], job.threads)
+    if job.confirm:  # a fresh judge of an implausibly fast result (harness/api.py check_plausible)
+        try:
+            res.extra["confirm"] = runner.poisoned_time(sets[0])
+        except NotImplementedError as e:
+            res.extra["confirm"] = {"seconds": None, "why": str(e)}
+    if job.profile:
+        rounds = max(3, job.timing["rounds"] // 3)  # kernels side by side: no pair to resolve
+        profile_cfg = TimingConfig(**{**job.timing, "rounds": rounds, "max_rounds": 0})
+        only = list(job.profile) if isinstance(job.profile, list) else None
+        res.extra["kernels"] = runner.profile(sets[0], profile_cfg, only)
+        laps.mark("profile")
+        for name, runner_b in baseline_runners.items() if only is None else ():
+            res.extra[f"kernels:{name}"] = runner_b.profile(sets[0], profile_cfg)
     return _done(res, laps)
 
 
@@ -438,40 +601,42 @@ def _compile_kernels(job: Job, mod, backend, target_attrs, res: Result) -> tuple
     return str(library), seconds
 
 
-_TVM_DEFAULT: dict = {}
+_BASELINES: dict = {}
 
 
-def tvm_default_built(problem_id: str, reference, backend) -> tuple:
-    """(module, Built) of the tvm-default baseline for the problem on `backend`, built once per process: a
-    warm judge (harness/zygote.py) builds it before it forks, and every judge forked from it loads that."""
-    from ..baselines.tvm_default import tvm_default_module
+def baseline_built(name: str, reference, backend) -> tuple:
+    """(module, Built) of TVM baseline `name` (baselines/tvm_default.py) for the reference on `backend`,
+    built once per process, as tvm.compile builds it (stock): a warm judge (harness/zygote.py) builds
+    tvm-default before it forks, and every judge and runner forked from it takes that."""
+    from ..baselines.tvm_default import baseline_module
 
-    key = (problem_id, backend.profile.name, str(backend.target()))
-    if key not in _TVM_DEFAULT:
-        mod = tvm_default_module(reference.module, backend.target())
-        _TVM_DEFAULT[key] = (mod, backend.build(mod))
-    return _TVM_DEFAULT[key]
+    key = (name, reference.problem_id, backend.profile.name, str(backend.target()))
+    if key not in _BASELINES:
+        mod = baseline_module(name, reference.module, backend.target())
+        _BASELINES[key] = (mod, backend.build(mod, stock=True))
+    return _BASELINES[key]
 
 
-def _loader(mod, built, session, reference, now: bool) -> Callable[[], Runner]:
-    """A baseline's Runner: loaded now (`now`), or when first asked for."""
-    if now:
-        runner = Runner(mod, built, session, reference)
-        return lambda: runner
+def _loader(mod, built, session, reference) -> Callable[[], Runner]:
+    """A baseline's in-process Runner (a device's backend), loaded when first asked for."""
     return lambda: Runner(mod, built, session, reference)
 
 
-def _time_here(contenders: dict, job: Job, backend, res: Result, runner=None) -> dict:
-    """The timing protocol; on this machine (a local backend) with one thread, the timing thread is pinned
-    to its CPU first, and what else the machine did meanwhile is recorded in extra["timing_env"]."""
+def _time_here(contenders: dict, job: Job, backend, res: Result, runners=(), checks=None) -> dict:
+    """The timing protocol (`checks`: between its rounds, harness.timing.time_interleaved); on this
+    machine (a local backend) with one thread, the timing thread is pinned to its CPU first, and so are the
+    runners (`runners`: the contenders' processes), and what else the machine did meanwhile is recorded in
+    extra["timing_env"]."""
     cfg = TimingConfig(**job.timing)
     if backend.profile.run != "local":  # timed on a device: this machine's load is not its load
         return time_interleaved(contenders, cfg)
     pinned = pin_thread() if job.threads == 1 else None
-    if pinned is not None and hasattr(runner, "pin"):  # the candidate's process runs on the same CPU
-        runner.pin(pinned)
+    if pinned is not None:  # every contender's process runs on the same CPU
+        for runner in runners:
+            if hasattr(runner, "pin"):
+                runner.pin(pinned)
     with MachineWatch() as watch:
-        timings = time_interleaved(contenders, cfg)
+        timings = time_interleaved(contenders, cfg, between=checks)
     res.extra["timing_env"] = {**watch.summary(), "pinned_cpu": pinned}
     measured = getattr(contenders.get("candidate"), "measured", None)  # timed in its own process
     if measured is not None:

@@ -81,6 +81,10 @@ def worker_env(threads: int, home: str) -> dict[str, str]:
         TMPDIR=home,
         TVM_NUM_THREADS=str(threads),
         OMP_NUM_THREADS=str(threads),
+        # NumPy's BLAS starts its threads when NumPy is imported (OpenBLAS: OMP_NUM_THREADS of them), and
+        # a process with threads cannot fork its runners safely; the judge does no BLAS work worth them
+        OPENBLAS_NUM_THREADS="1",
+        MKL_NUM_THREADS="1",
         PYTHONUNBUFFERED="1",
         PYTHONDONTWRITEBYTECODE="1",
     )
@@ -176,7 +180,8 @@ def _readable(job: Job) -> list[str]:
     from ..backends.profiles import user_profile_files
     from ..problems.user import user_suite_dir
 
-    paths = [job.ort_timer_lib or "", str(user_suite_dir()), *(str(f) for f in user_profile_files())]
+    paths = [job.ort_timer_lib or "", job.call_loop_lib or "", str(user_suite_dir())]
+    paths += [str(f) for f in user_profile_files()]
     return [p for p in paths if p]
 
 
@@ -253,9 +258,15 @@ def _wait(w: Worker, limits: Limits) -> tuple[bool, bool]:
 
 
 def _read_capped(path: Path) -> str | None:
-    if not path.is_file() or path.stat().st_size > MAX_RESULT_BYTES:
+    """The text of a file a worker wrote (its result, its status, its log): a regular file of at most
+    MAX_RESULT_BYTES opened without following a link (files.read_regular), else None -- whatever is there
+    instead (a symlink to /proc/self/mem or environ, a FIFO, a huge file) is never followed or read."""
+    from ..files import UntrustedFileError, read_regular
+
+    try:
+        return read_regular(path, MAX_RESULT_BYTES, root=path.parent).decode(errors="replace")
+    except UntrustedFileError:
         return None
-    return path.read_text(errors="replace")
 
 
 def _died(w: Worker, job: Job, limits: Limits, timed_out: bool, over: bool, who: str) -> Result:
@@ -296,21 +307,32 @@ def run_in_worker(job: Job, limits: Limits = Limits()) -> Result:
     candidate controls as Python: harness/builder.py) and the judge (loads the builder's IRModule JSON as
     data, verifies, builds, checks against the oracle, times); within `warm_judge()`, both are forked from
     the thread's warm judge (harness/zygote.py) where it serves the job. A job without a candidate (task
-    "floors") runs in one sandboxed worker."""
+    "floors") runs in one sandboxed worker. Whatever goes wrong with one job is that job's recorded
+    failure ("infra" when it is not the candidate's: the harness's own), never an exception that ends a
+    run."""
     t0 = time.perf_counter()
     prepare_fork()  # before the fork (see there)
-    with tempfile.TemporaryDirectory(prefix="ekb-job-") as tmp:
-        if job.task == "evaluate":
-            res = _judge_warm(job, limits, Path(tmp))
-            if res is None:
-                res = _build_and_judge(job, limits, Path(tmp))
-        else:
-            w = _start(replace(job), Path(tmp, "worker"), limits)
-            res = _judge_result(w, job, limits, *_wait(w, limits))
-            res.extra["isolation"] = w.isolation.describe()
+    try:
+        with tempfile.TemporaryDirectory(prefix="ekb-job-") as tmp:
+            res = _run_job_here(job, limits, Path(tmp))
+    except Exception as e:  # noqa: BLE001 -- one candidate's failure, recorded; the run goes on
+        log.exception("%s#%d: the harness failed on this job", job.problem, job.sample)
+        res = Result(job.problem, job.sample, job.backend, candidate=job.candidate).failure(
+            "infra", f"the harness failed on this candidate: {type(e).__name__}: {e}"
+        )
     if res.reason in ("runtime_error", "compile_error") and any(m in res.detail for m in MEMORY_MARKERS):
         res.reason = "memory"
     res.eval_seconds = time.perf_counter() - t0
+    return res
+
+
+def _run_job_here(job: Job, limits: Limits, tmp: Path) -> Result:
+    if job.task == "evaluate":
+        res = _judge_warm(job, limits, tmp)
+        return res if res is not None else _build_and_judge(job, limits, tmp)
+    w = _start(replace(job), tmp / "worker", limits)
+    res = _judge_result(w, job, limits, *_wait(w, limits))
+    res.extra["isolation"] = w.isolation.describe()
     return res
 
 
@@ -339,13 +361,11 @@ def _build_and_judge(job: Job, limits: Limits, tmp: Path, warm=None) -> Result:
     isolation = {"builder": builder.isolation.describe(), "judge": judge.isolation.describe()}
     failure = _builder_failure(builder, job, limits, *_wait(builder, limits))
     t_built = time.perf_counter()
-    module = builder.dir / MODULE_FILE
-    if failure is None and (not module.is_file() or module.stat().st_size > MAX_RESULT_BYTES):
-        failure = Result(job.problem, job.sample, job.backend, candidate=job.candidate).failure(
-            "parse_error", "the builder wrote no module (or one larger than the limit)"
-        )
+    module = None
     if failure is None:
-        shutil.copyfile(module, judge.dir / MODULE_FILE)
+        module, failure = _builder_module(builder, job)
+    if failure is None:
+        _write_new(judge.dir / MODULE_FILE, module)
         with contextlib.suppress(BrokenPipeError, OSError):  # a judge that stopped early says why itself
             judge.proc.stdin.write((MODULE_FILE + "\n").encode())
             judge.proc.stdin.close()
@@ -365,6 +385,29 @@ def _build_and_judge(job: Job, limits: Limits, tmp: Path, warm=None) -> Result:
         _fill_from_spec(res, job)
     res.extra["isolation"] = isolation
     return res
+
+
+def _builder_module(w: Worker, job: Job) -> tuple[bytes | None, Result | None]:
+    """(the module the builder wrote, None), or (None, the candidate's failure): the builder runs what the
+    candidate controls, so its directory is read as hostile -- module.json must be a regular file of at
+    most MAX_RESULT_BYTES, not a link (files.read_regular)."""
+    from ..files import UntrustedFileError, read_regular
+    from .builder import MODULE_FILE
+
+    try:
+        return read_regular(w.dir / MODULE_FILE, MAX_RESULT_BYTES, root=w.dir), None
+    except UntrustedFileError as e:
+        out = Result(job.problem, job.sample, job.backend, candidate=job.candidate)
+        missing = not os.path.lexists(w.dir / MODULE_FILE)
+        why = "the builder wrote no module" if missing else f"the builder's module is not a plain file: {e}"
+        return None, out.failure("parse_error" if missing else "forbidden", why)
+
+
+def _write_new(path: Path, data: bytes) -> None:
+    """Writes a file that must not exist yet (O_EXCL, O_NOFOLLOW: nothing there is followed)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
 
 
 def _builder_status(w: Worker) -> dict:
@@ -448,6 +491,10 @@ def check_result(res: Result, job: Job) -> Result:
         return bad(f"unknown failure reason {res.reason!r}")
     if res.correct and res.reason is not None:
         return bad("correct with a failure reason")
+    if res.seed is not None and (not isinstance(res.seed, int) or isinstance(res.seed, bool) or res.seed < 0):
+        return bad(f"its seed {res.seed!r} is not a non-negative integer")
+    if job.seed is not None and res.seed not in (None, job.seed):
+        return bad(f"it used seed {res.seed}, the job gave {job.seed}")
     timings = ([res.runtime] if res.runtime else []) + list(res.baselines.values())
     for t in timings:
         if not all(

@@ -46,6 +46,10 @@ class Job:
     # loads it; None: ONNX Runtime is timed from Python (I/O binding), and ort_timer_unavailable says why
     ort_timer_lib: str | None = None
     ort_timer_unavailable: str = ""
+    # the C loop of the timed calls (backends/call_loop.py), built by the parent: the runners only load it;
+    # None: they loop in Python, and call_loop_unavailable says why
+    call_loop_lib: str | None = None
+    call_loop_unavailable: str = ""
     # "evaluate" (judge the candidate) | "build" (the builder: materialize it, harness/builder.py) |
     # "floors" (harness/floors.py; no candidate)
     task: str = "evaluate"

@@ -2,21 +2,29 @@
 
 A verified kernel can still index past its buffers (TIR has no bounds checks), and an out-of-bounds
 write would land in the memory of the process that runs it. So the judge does not run the candidate: it
-forks a runner early (before the oracle, the baselines or any candidate data exist in its memory, while it
-has one thread), which restricts itself further (a nested Landlock domain: no write anywhere, no signal or
-ptrace to the judge) and then only builds and runs the candidate on request. Between them there is a
+forks a runner early (before the oracle, the baselines, the judgment's seed or any candidate data exist in
+its memory, while it has one thread; where it cannot fork safely it spawns a fresh one: never runs the
+candidate itself), which restricts itself further (a nested Landlock domain: no write anywhere, no signal
+or ptrace to the judge) and then only builds and runs the candidate on request. Between them there is a
 socket carrying JSON headers and NumPy arrays (`np.load(allow_pickle=False)`: data, never code).
 
-What the runner can no longer reach: the oracle and its outputs, the comparison, the baselines (timed in
-the judge), the result file, and the clock -- the candidate's time is measured by the judge around each
-request (`RunnerProxy.timer`: the wall time of `number` calls, request and reply included, so the
-candidate pays a request's fixed cost per round -- its round trip and what the runner's timed path adds --
-against itself, never for it; its rounds last at least 100 of that cost, harness.timing.min_round_ms). What it
-reports about itself and is believed: only its outputs (checked against the oracle) and its per-kernel
-profile (information for agents, not a verdict).
+tvm-default (and any other TVM baseline) runs in a runner of its own, forked alike, and is timed through
+exactly the same requests as the candidate: identical code measures 1.00x, whatever a request costs.
+
+What the runner can no longer reach: the oracle and its outputs, the comparison, the result file, and the
+clock -- each contender's time is measured by the judge around each request (`RunnerProxy.bind`: the
+wall time of `number` calls, request and reply included; its rounds last at least 100 of a request's fixed
+cost, harness.timing.min_round_ms). The timed calls take several input sets in turn
+(backends/call_loop.py), so no call sees the inputs of the call before it; between rounds the judge
+checks some of them (`check`: the previous call's outputs overwritten with a fresh sentinel, one call,
+its outputs compared with the oracle's for its inputs) and that nothing the module owns changed
+(`state`: its constants, its weights, the bound inputs). What the runner reports about itself and is
+believed: only its outputs (checked against the oracle) and its per-kernel profile (information for
+agents, not a verdict).
 
 Remote, emulated and GPU backends run the candidate outside the judge's address space already (on the
-device, under qemu, in device memory) and keep the in-process runner (`Runner`, below).
+device, under qemu, in device memory) and keep the in-process runner (`Runner`, below), with one input
+set for their timers (the device's own time evaluator).
 """
 
 from __future__ import annotations
@@ -98,6 +106,7 @@ class Runner:
         self.loaded = session.load(built)
         self.kernels = KernelRunner(mod, self.loaded.kernels, session.device, session.to_device)
         self.has_tp = "main_transform_params" in {gv.name_hint for gv in mod.functions}
+        self.functions = ["main", *(["main_transform_params"] if self.has_tp else [])]
         self.reference = reference
         weights = [session.to_device(w) for w in reference.params]
         if self.has_tp:
@@ -122,11 +131,34 @@ class Runner:
         return outs
 
     def timer(self, inputs):
+        """run(number) -> seconds per call of main on `inputs` (one set), by the backend's own timer: the
+        remote, emulated and GPU backends' path (a host CPU's contenders are timed by the judge around
+        requests to their runners: `rotating`)."""
         return self.loaded.timer("main", self.args(inputs, self.tp_vm))
 
-    def caller(self, inputs):
-        """run(number): exactly `number` calls of main, untimed (the runner's side of RunnerProxy.timer)."""
-        return self.loaded.caller("main", self.args(inputs, self.tp_vm))
+    def rotating(self, sets: list[dict], lib: str | None, why: str = ""):
+        """A backends.call_loop.RotatingCaller of main over the input sets `sets` in turn (a host CPU)."""
+        return self.loaded.rotating("main", [self.args(s, self.tp_vm) for s in sets], lib, why)
+
+    def owned_state(self, caller) -> list[tuple[str, object]]:
+        """What main's calls must leave as it was: its constants (the executable's own storage: a write
+        into one persists from call to call), its weights or transformed weights, and every input set
+        bound to `caller` -- (label, device tensor) each."""
+        from ..executor import constant_tensors
+
+        owned = [
+            (f"constant #{i} of {f}", t)
+            for f in self.functions
+            for i, t in enumerate(constant_tensors(self.kernels.module[f]))
+        ]
+        owned += [(f"weight #{i}", t) for i, t in enumerate(self.tp_vm)]
+        n = len(self.reference.input_names)
+        owned += [
+            (f"input {name} of set {k}", args[i])
+            for k, args in enumerate(caller.sets)
+            for i, name in enumerate(self.reference.input_names[:n])
+        ]
+        return owned
 
     def profile(self, inputs, cfg: TimingConfig, only: list[str] | None = None) -> list[dict]:
         """Per kernel call of main: name, FLOPs (TIR estimate), median time per call, same protocol, and
@@ -173,12 +205,102 @@ class Runner:
         }
 
 
+def _sentinel(t, seed: int) -> None:
+    """Fills device tensor `t` with values drawn from `seed`: a fresh sentinel no correct output equals."""
+    rng = np.random.default_rng(seed)
+    dtype = np.dtype(str(t.dtype))
+    if np.issubdtype(dtype, np.floating):
+        fill = (rng.standard_normal(tuple(t.shape)) * 1e4 + 3.25e4).astype(dtype)
+    else:
+        info = np.iinfo(dtype)
+        fill = rng.integers(int(info.min), int(info.max), size=tuple(t.shape), endpoint=True).astype(dtype)
+    t.copyfrom(fill)
+
+
+def _flat(out) -> list:
+    return list(out) if isinstance(out, (tuple, list)) or type(out).__name__ == "Array" else [out]
+
+
+class _Served:
+    """The runner process's state: the module it runs, its timed calls and what they must not change."""
+
+    def __init__(self, backend, session, reference):
+        self.backend, self.session, self.reference = backend, session, reference
+        self.runner: Runner | None = None
+        self.timed = None  # backends.call_loop.RotatingCaller over the bound input sets
+        self.last = None  # the outputs of the last timed call (a check overwrites them with a sentinel)
+        self.owned: list[tuple[str, object, np.ndarray]] = []  # (label, tensor, its value when bound)
+
+    def load(self, req: dict) -> dict:
+        from ..tvm_env import load_json
+
+        mod = load_json(req["module"])
+        try:
+            if req.get("library"):  # its kernels compiled by the judge (backends/kernel_cache.py)
+                built = self.backend.build_linked(mod, req["library"], req.get("target_attrs") or {})
+            else:
+                built = self.backend.build(mod, req.get("target_attrs") or {})
+        except ToolchainMissing as e:
+            return {"error": "toolchain", "detail": str(e)}
+        except Exception as e:
+            return {"error": "compile", "detail": last_line(e) + "\n" + str(e)[-3000:]}
+        self.runner = Runner(mod, built, self.session, self.reference)
+        return {"ok": True, "seconds": built.seconds}
+
+    def load_baseline(self, req: dict) -> dict:
+        """A TVM baseline (harness/evaluate.py baseline_built: built before the fork in a warm judge)."""
+        from .evaluate import baseline_built
+
+        mod, built = baseline_built(str(req["name"]), self.reference, self.backend)
+        self.runner = Runner(mod, built, self.session, self.reference)
+        return {"ok": True, "seconds": built.seconds}
+
+    def bind(self, req: dict, arrays: list[np.ndarray]) -> dict:
+        names, n_sets = list(req["names"]), int(req["sets"])
+        if n_sets < 1 or len(arrays) != n_sets * len(names):
+            return {"error": "protocol", "detail": "bind: the arrays are not sets of the named inputs"}
+        sets = [
+            dict(zip(names, arrays[k * len(names) : (k + 1) * len(names)], strict=True))
+            for k in range(n_sets)
+        ]
+        self.timed = self.runner.rotating(sets, req.get("lib"), str(req.get("why") or ""))
+        self.owned = [(label, t, t.numpy().copy()) for label, t in self.runner.owned_state(self.timed)]
+        self.last = _flat(self.timed.call_next())  # every contender's first call: untimed
+        return {"ok": True, "how": self.timed.how, "calls": self.timed.calls}
+
+    def time(self, req: dict) -> dict:
+        number = int(req["number"])
+        if number > 0:  # 0: an empty request (the judge measures a request's own cost)
+            self.last = None  # its buffer goes back to the pool, as every other call's does
+            self.timed.run(number - 1)
+            self.last = _flat(self.timed.call_next())
+        return {"ok": True, "calls": self.timed.calls}
+
+    def check(self, req: dict) -> tuple[dict, list[np.ndarray]]:
+        """One call on the next input set, its outputs returned; before it, the previous call's outputs
+        (whose memory the pool hands this call) are overwritten with a fresh sentinel."""
+        seed = int(req["sentinel"])
+        for i, t in enumerate(self.last or []):
+            _sentinel(t, seed + i)
+        self.last = None
+        k = self.timed.next_set
+        self.last = _flat(self.timed.call_next())
+        return {"ok": True, "set": k, "calls": self.timed.calls}, [t.numpy() for t in self.last]
+
+    def state(self) -> dict:
+        for label, t, value in self.owned:
+            if not np.array_equal(t.numpy(), value, equal_nan=True):
+                raise KernelFault(
+                    "input_mutated",
+                    f"main's {label} changed between timed calls (a module may keep no state from one call "
+                    "to the next)",
+                )
+        return {"ok": True}
+
+
 def _serve(sock: socket.socket, backend, session, reference) -> None:
     """The runner's loop: one request, one reply, until "quit" or the judge goes away."""
-    from ..tvm_env import load_json
-
-    runner = None
-    calls = None  # exactly `number` calls of main on the bound inputs (Runner.caller)
+    served = _Served(backend, session, reference)
     while True:
         try:
             req, arrays = recv(sock)
@@ -186,37 +308,31 @@ def _serve(sock: socket.socket, backend, session, reference) -> None:
             return
         op = req.get("op")
         try:
+            runner = served.runner
             if op == "quit":
                 return
             if op == "load":
-                mod = load_json(req["module"])
-                try:
-                    if req.get("library"):  # its kernels compiled by the judge (backends/kernel_cache.py)
-                        built = backend.build_linked(mod, req["library"], req.get("target_attrs") or {})
-                    else:
-                        built = backend.build(mod, req.get("target_attrs") or {})
-                except ToolchainMissing as e:
-                    send(sock, {"error": "toolchain", "detail": str(e)})
-                    continue
-                except Exception as e:
-                    send(sock, {"error": "compile", "detail": last_line(e) + "\n" + str(e)[-3000:]})
-                    continue
-                runner = Runner(mod, built, session, reference)
-                send(sock, {"ok": True, "seconds": built.seconds})
+                send(sock, served.load(req))
+            elif op == "load_baseline":
+                send(sock, served.load_baseline(req))
             elif op == "pin":
                 with contextlib.suppress(OSError):
                     os.sched_setaffinity(0, {int(req["cpu"])})
                 send(sock, {"ok": True})
-            elif op in ("kernels", "vm", "bind", "profile", "poisoned"):
+            elif op == "bind":
+                send(sock, served.bind(req, arrays))
+            elif op == "time":
+                send(sock, served.time(req))
+            elif op == "check":
+                send(sock, *served.check(req))
+            elif op == "state":
+                send(sock, served.state())
+            elif op in ("kernels", "vm", "profile", "poisoned"):
                 inputs = dict(zip(req["names"], arrays, strict=True))
                 if op == "kernels":
                     send(sock, {"ok": True}, runner.run_kernels(inputs, int(req.get("variant", 0))))
                 elif op == "vm":
                     send(sock, {"ok": True}, runner.run_vm(inputs))
-                elif op == "bind":
-                    calls = runner.caller(inputs)
-                    calls(1)
-                    send(sock, {"ok": True})
                 elif op == "profile":
                     only = req.get("only")
                     only = [str(n) for n in only] if isinstance(only, list) else None
@@ -226,9 +342,6 @@ def _serve(sock: socket.socket, backend, session, reference) -> None:
                     for _ in range(int(req["repeats"])):
                         runner.run_kernels(inputs)
                     send(sock, {"ok": True})
-            elif op == "time":
-                calls(int(req["number"]))
-                send(sock, {"ok": True})
             else:
                 send(sock, {"error": "protocol", "detail": f"unknown request {op!r}"})
         except KernelFault as e:
@@ -244,17 +357,7 @@ def _child(sock: socket.socket, backend, session, reference, sandbox: dict | Non
     try:
         with contextlib.suppress(OSError):
             os.close(0)  # the judge's stdin (the builder's hand-over) is not the runner's
-        from .isolation import prepare_fork
-
-        prctl = prepare_fork()
-        if prctl:
-            prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: the runner dies with its judge
-            if os.getppid() != parent:
-                os._exit(137)
-        if sandbox:
-            from .sandbox import DEVICES_RW, restrict_self
-
-            restrict_self(sandbox["read"], list(DEVICES_RW), sandbox.get("landlock_abi"))  # nested: no writes
+        _confine(sandbox, parent)
         _serve(sock, backend, session, reference)
     except BaseException:
         code = 1
@@ -262,36 +365,111 @@ def _child(sock: socket.socket, backend, session, reference, sandbox: dict | Non
         os._exit(code)
 
 
-# ------------------------------------------------------------------------------------------ judge side
-def fork_runner(backend, session, reference, sandbox: dict | None):
-    """A RunnerProxy to a forked runner, or (None, why) where forking is not safe here: the judge has more
-    than one thread (a fork copies only the calling one; locks held by the others would stay held)."""
+def _confine(sandbox: dict | None, parent: int) -> None:
+    """The runner dies with its judge (PR_SET_PDEATHSIG) and restricts itself further: the judge's reads,
+    no writes (a nested Landlock domain)."""
+    from .isolation import prepare_fork
+
+    prctl = prepare_fork()
+    if prctl:
+        prctl(1, signal.SIGKILL)
+        if os.getppid() != parent:
+            os._exit(137)
+    if sandbox:
+        from .sandbox import DEVICES_RW, restrict_self
+
+        restrict_self(sandbox["read"], list(DEVICES_RW), sandbox.get("landlock_abi"))
+
+
+def _threads() -> int | None:
     try:
-        threads = len(os.listdir("/proc/self/task"))
+        return len(os.listdir("/proc/self/task"))
     except OSError:
-        return None, "no /proc/self/task to count this process's threads"
-    if threads != 1:
-        return None, f"the judge has {threads} threads here: forking is not safe"
+        return None
+
+
+# ------------------------------------------------------------------------------------------ judge side
+def start_runner(backend, session, reference, sandbox: dict | None, spawn: dict | None = None):
+    """(RunnerProxy, how): a runner forked from this process while it has one thread (a fork copies only
+    the calling thread: locks other threads held would stay held), else a fresh Python process spawned for
+    it (`spawn`: what it needs to rebuild the judge's state -- {"problem", "graph_dir", "backend_profile",
+    "threads"}), which costs an import of TVM and a build of the reference. Never the judge itself."""
+    threads = _threads()
+    if threads == 1:
+        parent_sock, child_sock = socket.socketpair()
+        pid = os.fork()
+        if pid == 0:
+            parent_sock.close()
+            _child(child_sock, backend, session, reference, sandbox, os.getppid())
+        child_sock.close()
+        return RunnerProxy(parent_sock, pid), "separate process (forked)"
+    why = f"the judge has {threads} threads" if threads else "this process's threads cannot be counted"
+    if spawn is None:
+        raise RunnerDied(f"{why}: a runner cannot be forked safely, and none can be spawned here")
+    return spawn_runner({**spawn, "sandbox": sandbox}), f"separate process (spawned: {why})"
+
+
+def spawn_runner(init: dict) -> RunnerProxy:
+    """A runner in a new Python process (`python -m edgekernelbench.harness.runner FD`), initialised by
+    `init` over the socket (`_spawned_main`)."""
+    import subprocess
+    import sys
+
     parent_sock, child_sock = socket.socketpair()
-    pid = os.fork()
-    if pid == 0:
-        parent_sock.close()
-        _child(child_sock, backend, session, reference, sandbox, os.getppid())
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "edgekernelbench.harness.runner", str(child_sock.fileno())],
+        pass_fds=[child_sock.fileno()],
+        stdin=subprocess.DEVNULL,
+    )
     child_sock.close()
-    return RunnerProxy(parent_sock, pid), ""
+    proxy = RunnerProxy(parent_sock, proc.pid, proc)
+    proxy._call({"op": "init", **init})
+    return proxy
+
+
+def _spawned_main(fd: int) -> int:
+    """A spawned runner: the judge's state rebuilt from the init request (the problem's graph as the
+    parent built it, the backend's profile), then confined and serving as a forked one."""
+    sock = socket.socket(fileno=fd)
+    req, _ = recv(sock)
+    if req.get("op") != "init":
+        return 2
+    from ..tvm_env import set_threads
+
+    set_threads(int(req.get("threads") or 1))
+    from pathlib import Path
+
+    from ..backends.base import BackendProfile
+    from ..backends.registry import backend_for
+    from ..problems import get_problem
+    from ..reference import build_reference
+
+    try:
+        problem = get_problem(str(req["problem"]))
+        if req.get("graph_dir"):
+            problem.adopt_graph(Path(str(req["graph_dir"])))
+        reference = build_reference(problem)
+        backend = backend_for(BackendProfile.from_dict(req["backend_profile"]))
+        session = backend.session()
+        _confine(req.get("sandbox"), os.getppid())
+    except Exception as e:
+        send(sock, {"error": "runtime", "detail": "the spawned runner could not start: " + last_line(e)})
+        return 1
+    send(sock, {"ok": True})
+    _serve(sock, backend, session, reference)
+    return 0
 
 
 class _ProxyTimer:
-    """run(number) -> seconds per call of the candidate, timed here around one request for `number` calls
-    (after an untimed one). The request costs more than its calls: its round trip, and on the runner's
-    timed path (`LocalLoaded.caller`: one invocation of TVM's time evaluator for 2 calls or more) what an
-    invocation adds besides its calls -- 160-330 us for a model with a 5.5 MB output on the 2-vCPU EPYC of
-    2026-12-06, while a baseline's figure is the evaluator's own mean, without it. `request_overhead_s`
-    estimates that fixed cost from this side, when first asked (by the timing protocol's calibration,
-    after the judge pinned both processes to their CPU), from the medians of ROUND_TRIP_PROBES requests
-    each of 0 (`round_trip_s`), 1 (a plain call) and 2 calls (the evaluator's path): w2 - 2 w1 + 2 w0;
-    harness.timing.min_round_ms lengthens the candidate's rounds to amortise it. The candidate can only
-    make it look larger (a slower round trip or first call), which lengthens its own rounds."""
+    """run(number) -> seconds per call of a contender in a runner, timed here around one request for
+    `number` calls (after an untimed one). The request costs more than its calls: its round trip, and the
+    runner's dispatch. `request_overhead_s` estimates that fixed cost from this side, when first asked (by
+    the timing protocol's calibration, after the judge pinned both processes to their CPU), from the
+    medians of ROUND_TRIP_PROBES requests each of 0 (`round_trip_s`), 1 and 2 calls: w2 - 2 w1 + 2 w0;
+    harness.timing.min_round_ms lengthens the contender's rounds to amortise it. Every TVM contender pays
+    it alike (each is timed through a runner), and a candidate can only make it look larger (a slower
+    round trip or first call), which lengthens its own rounds. `how`: the runner's loop (C or Python);
+    `calls`: the calls made at bind time."""
 
     def __init__(self, call):
         self._call = call
@@ -328,11 +506,11 @@ class _ProxyTimer:
 
 
 class RunnerProxy:
-    """The judge's handle on the runner: the same methods as Runner, answered by the runner
-    process, with the candidate's timer measured here."""
+    """The judge's handle on a runner: the same methods as Runner, answered by the runner process, with
+    its timer measured here."""
 
-    def __init__(self, sock: socket.socket, pid: int):
-        self.sock, self.pid = sock, pid
+    def __init__(self, sock: socket.socket, pid: int, proc=None):
+        self.sock, self.pid, self.proc = sock, pid, proc  # proc: a spawned runner's Popen
         self.session = None  # a local CPU: no device whose failure could be diagnosed
 
     def _call(self, header: dict, arrays: list[np.ndarray] | None = None) -> tuple[dict, list[np.ndarray]]:
@@ -376,6 +554,11 @@ class RunnerProxy:
         )
         return float(rep.get("seconds", 0.0)), {}
 
+    def load_baseline(self, name: str) -> float:
+        """Loads the TVM baseline `name` (harness/evaluate.py baseline_built) in the runner."""
+        rep, _ = self._call({"op": "load_baseline", "name": name})
+        return float(rep.get("seconds", 0.0))
+
     def pin(self, cpu: int) -> None:
         self._call({"op": "pin", "cpu": cpu})
 
@@ -389,14 +572,27 @@ class RunnerProxy:
     def run_vm(self, inputs) -> list[np.ndarray]:
         return self._with_inputs({"op": "vm"}, inputs)[1]
 
-    def timer(self, inputs):
-        """run(number) -> seconds per call of the candidate, measured HERE around the request: the runner
-        makes exactly `number` calls, after one untimed call (what TVM's time evaluator does for the
-        baselines: every contender's round starts warm). Timing the evaluator's own untimed call with
-        the others cost a 4 ms model 1.5x its time at 2 calls per round; leaving the warm-up out, the
-        reference measured 0.85-0.93x of the same code as tvm-default."""
-        self._with_inputs({"op": "bind"}, inputs)
-        return _ProxyTimer(self._call)
+    def bind(self, sets: list[dict], lib: str | None, why: str = "") -> _ProxyTimer:
+        """Binds the timed calls' input sets (taken in turn, backends/call_loop.py) and makes the first call,
+        untimed; returns the contender run(number) -> seconds per call, measured HERE around a request for
+        `number` calls (after an untimed one: what TVM's time evaluator does, every round starts warm).
+        `lib`: the C call loop (None: a Python loop, `why`)."""
+        names = list(sets[0])
+        arrays = [s[n] for s in sets for n in names]
+        rep, _ = self._call({"op": "bind", "names": names, "sets": len(sets), "lib": lib, "why": why}, arrays)
+        timer = _ProxyTimer(self._call)
+        timer.how, timer.calls = str(rep.get("how", "")), int(rep.get("calls", 0))
+        return timer
+
+    def check(self, sentinel: int) -> tuple[int, list[np.ndarray]]:
+        """(input set, outputs) of one call on the next input set, made after the previous call's outputs
+        were overwritten with the sentinel drawn from `sentinel`."""
+        rep, out = self._call({"op": "check", "sentinel": int(sentinel)})
+        return int(rep["set"]), out
+
+    def verify_state(self) -> None:
+        """Raises KernelFault("input_mutated") when a constant, weight or bound input of main changed."""
+        self._call({"op": "state"})
 
     def profile(self, inputs, cfg, only: list[str] | None = None) -> list[dict]:
         from dataclasses import asdict
@@ -430,3 +626,9 @@ class RunnerProxy:
             os.kill(self.pid, signal.SIGKILL)
         with contextlib.suppress(ChildProcessError):
             os.waitpid(self.pid, 0)
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(_spawned_main(int(sys.argv[1])))

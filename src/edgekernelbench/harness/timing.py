@@ -48,6 +48,9 @@ class TimingConfig:
     # calls (a 39 us round trip, the rest TVM's time evaluator), and 10 ms rounds judged the candidate
     # 0.95-0.96x of tvm-default with tvm-default's own code.
     overheads_per_round: int = 100
+    # input sets the timed calls take in turn (backends/call_loop.py): no call sees the inputs of the
+    # call before it, and a kernel that reuses what it computed for inputs it saw cannot profit
+    input_sets: int = 3
 
     @classmethod
     def quick(cls) -> TimingConfig:
@@ -105,7 +108,13 @@ def _calibrate(run: Callable[[int], float], min_repeat_ms: float) -> int:
         number = max(number * 2, int(number * grow) + 1)
 
 
-def time_interleaved(contenders: dict[str, Callable[[int], float]], cfg: TimingConfig) -> dict[str, Timing]:
+def time_interleaved(
+    contenders: dict[str, Callable[[int], float]],
+    cfg: TimingConfig,
+    between: Callable[[int | None], None] | None = None,
+) -> dict[str, Timing]:
+    """The protocol of the module docstring. `between(r)` (the judge's checks) runs before round r and,
+    with None, after the last round: outside every timed region."""
     names = list(contenders)
     numbers, warm_ms = {}, {}
     for name in names:  # the calibration runs each contender: that much of its warm-up is done
@@ -119,10 +128,14 @@ def time_interleaved(contenders: dict[str, Callable[[int], float]], cfg: TimingC
     samples: dict[str, list[float]] = {n: [] for n in names}
     r = 0
     while r < cfg.rounds or (r < cfg.max_rounds and (r % cfg.rounds or _unresolved(samples, names))):
+        if between is not None:
+            between(r)
         order = names[r % len(names) :] + names[: r % len(names)]
         for n in order:
             samples[n].append(contenders[n](numbers[n]))
         r += 1
+    if between is not None:
+        between(None)
     out = {}
     for n in names:
         s = np.asarray(samples[n])

@@ -10,6 +10,10 @@ reach outside the kernel's own buffers or run code that is not the module's:
 - Relax functions: calls only of `RELAX_OPS` (call_tir and its in-place / with-grad forms), each to a
   PrimFunc of the module; no packed or extern function (call_packed, call_dps_packed, call_pure_packed,
   call_builtin_with_ctx, ExternFunc), no call of another Relax function, no nested function or closure;
+- no state from one call to the next: a PrimFunc may not store into a buffer that a call passes it as an
+  input (a constant -- the executable's own storage --, a weight, a graph input, another kernel's
+  output), directly or through a view of it; call_tir_inplace may write only the inputs it names, and
+  only intermediate values (not a constant or a parameter of the function);
 - PrimFuncs: every parameter a static-shape, compact, global buffer (no handle or scalar parameter);
   every Call's operator in `TIR_OPS` (math intrinsics and the like) -- anything else, including
   call_extern, call_pure_extern, (tvm_)call_packed/cpacked, address_of, tvm_access_ptr, tvm_struct_*,
@@ -327,11 +331,28 @@ def verify_module(mod, reference_module) -> None:
             raise ForbiddenConstruct(
                 "function", name, f"a {type(func).__name__} is not allowed in the module"
             )
+    written: dict[str, list[int]] = {}
+    calls: list[tuple[str, str, int, frozenset[int]]] = []
     for gv, func in mod.functions.items():
         if isinstance(func, tvm.tirx.PrimFunc):
-            PrimFuncCheck(gv.name_hint, func).run()
+            check = PrimFuncCheck(gv.name_hint, func)
+            check.run()
+            written[gv.name_hint] = check.written_params()
         else:
-            RelaxCheck(gv.name_hint, func, prim).run()
+            relax_check = RelaxCheck(gv.name_hint, func, prim)
+            relax_check.run()
+            calls += [(gv.name_hint, *c) for c in relax_check.calls]
+    for caller, callee, n_inputs, inplace in calls:  # no kernel writes what it is given to read
+        for i in written.get(callee, []):
+            if i < n_inputs and i not in inplace:
+                param = mod[callee].params[i]
+                raise ForbiddenConstruct(
+                    "PrimFunc",
+                    callee,
+                    f"stores into its input #{i} ('{param.name}'), which {caller} passes it to read: a "
+                    "kernel writes only its outputs (a write into a constant, a weight or an input would "
+                    "keep state from one call to the next)",
+                )
 
 
 # Target attributes a spec may merge into the backend's target (KernelSpec.decisions.target_attrs):
@@ -432,6 +453,8 @@ def _allowed_annotation(key: str, names: frozenset) -> bool:
 class RelaxCheck:
     def __init__(self, name: str, func, primfuncs: set[str]):
         self.name, self.func, self.primfuncs = name, func, primfuncs
+        # per call of a PrimFunc: (callee, how many arguments are inputs, the in-place inputs it may write)
+        self.calls: list[tuple[str, int, frozenset[int]]] = []
 
     def fail(self, construct: str):
         raise ForbiddenConstruct("Relax function", self.name, construct)
@@ -477,13 +500,42 @@ class RelaxCheck:
             callee = v.args[0] if len(v.args) else None
             if _kind(callee) != "GlobalVar" or callee.name_hint not in self.primfuncs:
                 self.fail(f"{_script_name(op)} of {callee!s:.60} (not a PrimFunc of the module)")
+            self.record_call(v, op, callee.name_hint)
         return False
+
+    def record_call(self, call, op: str, callee: str) -> None:
+        from tvm import relax
+
+        args = call.args[1] if len(call.args) > 1 else None
+        fields = list(args.fields) if isinstance(args, relax.Tuple) else []
+        inplace: frozenset[int] = frozenset()
+        if op == "relax.call_tir_inplace":
+            inplace = frozenset(int(i) for i in call.attrs.inplace_indices if int(i) >= 0)
+            params = set(self.func.params)
+            for i in sorted(inplace):
+                if i >= len(fields) or _kind(fields[i]) == "GenericConst" or fields[i] in params:
+                    self.fail(
+                        f"call_tir_inplace of {callee!r} writes its input #{i}, which is not an "
+                        "intermediate value (a constant or a parameter of the function would keep state)"
+                    )
+        self.calls.append((callee, len(fields), inplace))
 
 
 class PrimFuncCheck:
     def __init__(self, name: str, func):
         self.name, self.func = name, func
         self.declared: dict = {}  # buffer var -> its footprint in bytes (None: not static)
+        self.alias: dict = {}  # a view (decl_buffer over another's data, match_buffer) -> the buffer it is of
+        self.written: set = set()  # the buffers stored into, each as the buffer it is a view of
+
+    def root(self, buf):
+        while buf in self.alias:
+            buf = self.alias[buf]
+        return buf
+
+    def written_params(self) -> list[int]:
+        """The indices of the parameters this PrimFunc stores into (directly or through a view)."""
+        return [i for i, p in enumerate(self.func.params) if p in self.written]
 
     def fail(self, construct: str):
         raise ForbiddenConstruct("PrimFunc", self.name, construct)
@@ -606,6 +658,8 @@ class PrimFuncCheck:
             buf = v.buffer if kind == "BufferStore" else v.source
             if buf not in self.declared:
                 self.fail(f"buffer '{getattr(buf, 'name', buf)}' is used but never declared")
+            if kind == "BufferStore":
+                self.written.add(self.root(buf))
         return False
 
     def check_call(self, call) -> None:
@@ -644,6 +698,7 @@ class PrimFuncCheck:
                 f"'{src.name}' has {src_size}"
             )
         self.declared[buf] = size
+        self.alias[buf] = src
 
     def check_match(self, match) -> None:
         """T.match_buffer(B[region], shape): the region inside B, the matched buffer no larger."""
@@ -673,6 +728,7 @@ class PrimFuncCheck:
                     f"buffer '{buf.name}' matched to '{src.name}' dimension {dim} "
                     f"[{r.min}, +{e}), which may leave [0, {n})"
                 )
+        self.alias[buf] = src
 
 
 def _const(x) -> int | None:

@@ -14,9 +14,13 @@
  *       an environment, session options (intra-op threads, inter-op threads, sequential execution,
  *       no spinning, all graph optimizations or none) and a session from the serialized model;
  *   ekb_ort_bind(t, is_output, name, data, nbytes, shape, rank, onnx_type)
- *       binds caller-owned memory (C order) to an input or an output of the session (I/O binding);
+ *       binds caller-owned memory (C order) to an input or an output of the session, in its current
+ *       I/O binding;
+ *   ekb_ort_new_binding(t): a further I/O binding, current from then on (one per input set: the runs
+ *       take the bindings in turn, so that no run sees the inputs of the run before it);
  *   ekb_ort_run_once(t), and ekb_ort_run(t, n): seconds per call over n back-to-back RunWithBinding
- *       calls, measured with clock_gettime(CLOCK_MONOTONIC) around the loop (negative on failure);
+ *       calls, each on the next binding in turn, measured with clock_gettime(CLOCK_MONOTONIC) around the
+ *       loop (negative on failure);
  *   ekb_ort_close(t) releases everything.
  */
 
@@ -81,11 +85,14 @@ typedef status_t (*bind_fn)(void *binding, const char *name, const void *value);
 typedef void (*release_fn)(void *object);
 
 #define API(slot, type) ((type)(t->api[slot]))
-#define MAX_VALUES 64
+#define MAX_VALUES 256
+#define MAX_BINDINGS 8
 
 typedef struct ekb_ort_timer {
   const void *const *api;
-  void *env, *options, *session, *memory_info, *binding;
+  void *env, *options, *session, *memory_info, *binding; /* binding: the one ekb_ort_bind fills */
+  void *bindings[MAX_BINDINGS];
+  int n_bindings, next; /* the runs take bindings[next], next, ... in turn */
   void *values[MAX_VALUES];
   int n_values;
   char error[1024];
@@ -143,7 +150,23 @@ int ekb_ort_open(void *get_api_base, uint32_t api_version, const void *model, si
             "CreateCpuMemoryInfo") ||
       check(t, API(S_CREATE_IO_BINDING, create_io_binding_fn)(t->session, &t->binding), "CreateIoBinding"))
     return -1;
+  t->bindings[t->n_bindings++] = t->binding;
   return 0;
+}
+
+int ekb_ort_new_binding(ekb_ort_timer *t) {
+  if (t->binding == NULL) return fail(t, "the session is not open");
+  if (t->n_bindings == MAX_BINDINGS) return fail(t, "too many input sets");
+  void *binding = NULL;
+  if (check(t, API(S_CREATE_IO_BINDING, create_io_binding_fn)(t->session, &binding), "CreateIoBinding")) return -1;
+  t->bindings[t->n_bindings++] = t->binding = binding;
+  return 0;
+}
+
+static void *next_binding(ekb_ort_timer *t) {
+  void *binding = t->bindings[t->next];
+  if (++t->next == t->n_bindings) t->next = 0;
+  return binding;
 }
 
 int ekb_ort_bind(ekb_ort_timer *t, int is_output, const char *name, void *data, size_t nbytes, const int64_t *shape,
@@ -163,7 +186,7 @@ int ekb_ort_bind(ekb_ort_timer *t, int is_output, const char *name, void *data, 
 
 int ekb_ort_run_once(ekb_ort_timer *t) {
   if (t->binding == NULL) return fail(t, "the session is not open");
-  return check(t, API(S_RUN_WITH_BINDING, run_with_binding_fn)(t->session, NULL, t->binding), "RunWithBinding");
+  return check(t, API(S_RUN_WITH_BINDING, run_with_binding_fn)(t->session, NULL, next_binding(t)), "RunWithBinding");
 }
 
 double ekb_ort_run(ekb_ort_timer *t, int64_t n) {
@@ -172,7 +195,7 @@ double ekb_ort_run(ekb_ort_timer *t, int64_t n) {
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   for (int64_t i = 0; i < n; i++) {
-    status_t status = run(t->session, NULL, t->binding);
+    status_t status = run(t->session, NULL, next_binding(t));
     if (status != NULL) {
       check(t, status, "RunWithBinding");
       return -1.0;
@@ -185,7 +208,7 @@ double ekb_ort_run(ekb_ort_timer *t, int64_t n) {
 void ekb_ort_close(ekb_ort_timer *t) {
   if (t == NULL) return;
   if (t->api != NULL) {
-    if (t->binding) API(S_RELEASE_IO_BINDING, release_fn)(t->binding);
+    for (int i = 0; i < t->n_bindings; i++) API(S_RELEASE_IO_BINDING, release_fn)(t->bindings[i]);
     for (int i = 0; i < t->n_values; i++) API(S_RELEASE_VALUE, release_fn)(t->values[i]);
     if (t->memory_info) API(S_RELEASE_MEMORY_INFO, release_fn)(t->memory_info);
     if (t->session) API(S_RELEASE_SESSION, release_fn)(t->session);
