@@ -240,4 +240,6 @@ def _softmax(g):
     g.output(g.node("Softmax", [x], axis=-1))
 
 
-_fixture("L1/tiny_softmax", "nlp", "softmax", "test fixture: softmax over the last axis of 4x16 logits", _softmax)
+_fixture(
+    "L1/tiny_softmax", "nlp", "softmax", "test fixture: softmax over the last axis of 4x16 logits", _softmax
+)

@@ -37,7 +37,9 @@ def test_a_vectorized_kernel_built_for_the_host_runs_here():
     from tvm.script import tirx as T
 
     @T.prim_func
-    def add(a: T.Buffer((1024,), "float32"), b: T.Buffer((1024,), "float32"), c: T.Buffer((1024,), "float32")):
+    def add(
+        a: T.Buffer((1024,), "float32"), b: T.Buffer((1024,), "float32"), c: T.Buffer((1024,), "float32")
+    ):
         for i in T.vectorized(1024):
             c[i] = a[i] * b[i] + a[i]
 

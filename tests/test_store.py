@@ -69,7 +69,8 @@ def test_round_trip(tmp_path):
 
 
 def test_record_from_before_the_oracle_field_loads(tmp_path):
-    """A store written before Result.oracle existed still loads (oracle "": unknown)."""
+    """A store written before Result.oracle existed still loads (oracle "": unknown); the row edited by
+    hand here no longer authenticates, so only a trusting read returns it."""
     with RunStore(tmp_path) as st:
         st.put(full_result())
     record = full_result().to_dict()
@@ -79,7 +80,8 @@ def test_record_from_before_the_oracle_field_loads(tmp_path):
     con.commit()
     con.close()
     with RunStore(tmp_path) as st:
-        (got,) = st.results()
+        assert st.results() == []
+        (got,) = st.results(trust_unauthenticated=True)
     assert got.oracle == "" and got == Result.from_dict(record)
     assert got.extra["onnxruntime_output"]["matches_oracle"] is False
 
@@ -216,3 +218,57 @@ def test_run_dir_is_a_file(tmp_path):
     f.write_text("x")
     with pytest.raises(RunDirError):
         RunStore(f)
+
+
+def test_every_reader_returns_authenticated_rows_unless_told_to_trust(tmp_path):
+    """Each table's rows carry a MAC (store.py); a row edited by hand is left out of every reader's answer
+    by default, returned with trust_unauthenticated=True, and listed by unauthenticated()."""
+    with RunStore(tmp_path) as st:
+        st.put(full_result("L1/a", 0))
+        st.put_baseline("L1/a", "llvm", "tvm-default", {"median": 1.0}, {})
+        st.set_meta("spec", {"x": 1})
+        st.put_generation("L1/a", 0, {"model": "m"})
+        st.put_agent_step("L1/a", "leka", 0, {"verdict": "ok"})
+        st.put_agent_run("L1/a", "leka", {"status": "done"})
+        assert st.unauthenticated() == {}
+    con = sqlite3.connect(tmp_path / "results.db")
+    for table, column in (
+        ("results", "record"),
+        ("baselines", "record"),
+        ("meta", "value"),
+        ("generations", "record"),
+        ("agent_steps", "record"),
+        ("agent_runs", "record"),
+    ):
+        con.execute(
+            f"UPDATE {table} SET {column} = {column} || ' '"
+            + (" WHERE key = 'spec'" if table == "meta" else "")
+        )
+    con.commit()
+    con.close()
+    with RunStore(tmp_path) as st:
+        assert st.unauthenticated() == {
+            "results": [("L1/a", 0, "llvm")],
+            "baselines": [("L1/a", "llvm", "tvm-default")],
+            "meta": [("spec",)],
+            "generations": [("L1/a", 0)],
+            "agent_steps": [("L1/a", "leka", 0)],
+            "agent_runs": [("L1/a", "leka")],
+        }
+        assert st.results() == [] and st.statuses() == {} and not st.has("L1/a", 0, "llvm")
+        assert st.done_keys("llvm") == set() and st.created_range() is None
+        assert st.baselines() == {} and st.get_baseline("L1/a", "llvm", "tvm-default") is None
+        assert st.get_meta("spec") is None and st.meta_keys() == ["schema_version"]
+        assert st.generations() == [] and st.agent_steps() == [] and st.agent_runs() == {}
+        trust = {"trust_unauthenticated": True}
+        assert st.results(**trust) == [full_result("L1/a", 0)] and st.has("L1/a", 0, "llvm", **trust)
+        assert st.statuses(**trust) == {("L1/a", 0, "llvm"): "correct"} and st.created_range(**trust)
+        assert st.baselines(**trust)[("L1/a", "llvm", "tvm-default")]["timing"] == {"median": 1.0}
+        assert st.get_meta("spec", **trust) == {"x": 1} and st.meta_keys(**trust) == [
+            "schema_version",
+            "spec",
+        ]
+        assert st.generations(**trust) == [{"model": "m"}] and st.agent_runs(**trust)
+        assert st.agent_steps(**trust)[0]["verdict"] == "ok"
+        st.set_meta("spec", {"x": 2})  # written again: authenticated again
+        assert st.get_meta("spec") == {"x": 2} and "meta" not in st.unauthenticated()

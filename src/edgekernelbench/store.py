@@ -1,10 +1,10 @@
 """The run store: every result of a run, in SQLite, inside the run directory.
 
-``run_dir/results.db`` holds three tables::
+``run_dir/results.db`` holds six tables (every one also has a ``mac`` column, see below)::
 
     results(problem, sample, backend, status, record JSON, created)   key (problem, sample, backend)
     baselines(problem, backend, baseline, record JSON, created)        key (problem, backend, baseline)
-    meta(key, value JSON)
+    meta(key, value JSON)                                               key (key)
     generations(problem, sample, record JSON, created)                  key (problem, sample)
       (one record per LLM-generated sample: model, template + hash, tokens, cost, error; llm/generate.py)
     agent_steps(problem, method, step, record JSON, created)           key (problem, method, step)
@@ -15,31 +15,71 @@ The database runs in WAL mode with ``synchronous=NORMAL`` and every write is its
 transaction, so a process killed mid-run (even by SIGKILL) loses at most the item it was
 writing; the store reopens with everything committed before. Several processes may write the
 same store (the busy timeout makes them wait for each other). Records are only ever replaced by
-an explicit upsert of the same key; nothing is deleted.
+an explicit upsert of the same key; nothing is deleted but an interrupted agent's partial trajectory.
+
+**Authentication.** Whoever works in the run directory (a coding agent, say) can write results.db, so a
+row is believed only when it carries a valid ``mac``: HMAC-SHA256, under a key kept outside the run
+directory (`store_key_path`: $EKB_STORE_KEY, else $XDG_CONFIG_HOME or ~/.config, then
+edgekernelbench/store.key; 32 random bytes created on first use), over the canonical bytes of the row
+(`row_mac`: the table's name, its key columns and every other column, as compact JSON). Every write
+sets it. Every read returns only the rows whose MAC verifies unless called with
+``trust_unauthenticated=True``; `unauthenticated()` lists the keys of the rows that fail. A row from a
+version-1 store (no MAC), one edited or inserted by hand, and one written under another key (another
+machine's) are all the same: unauthenticated.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
+import hashlib
+import hmac
 import importlib.metadata
 import json
 import os
 import platform
+import secrets
 import sqlite3
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from .errors import RunDirError
+from .errors import EKBError, RunDirError
 from .records import Result
 
-__all__ = ["DB_NAME", "ENV_KEY", "SCHEMA_VERSION", "RunStore", "host_environment", "result_status"]
+__all__ = [
+    "DB_NAME",
+    "ENV_KEY",
+    "KEY_ENV",
+    "SCHEMA_VERSION",
+    "TABLES",
+    "RunStore",
+    "StoreKeyError",
+    "host_environment",
+    "load_store_key",
+    "result_status",
+    "row_mac",
+    "store_key_path",
+]
 
 DB_NAME = "results.db"
-SCHEMA_VERSION = 1
+# 1: no MACs; 2: every row carries `mac` (a version-1 store is migrated in place, its rows unauthenticated)
+SCHEMA_VERSION = 2
 _SCHEMA_KEY = "schema_version"
+_MIGRATES_FROM = (1,)  # versions opened and migrated in place
 _SQLITE_MAGIC = b"SQLite format 3\x00"
+
+# table -> (key columns, the other columns): what a row's MAC covers, in this order
+TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "results": (("problem", "sample", "backend"), ("status", "record", "created")),
+    "baselines": (("problem", "backend", "baseline"), ("record", "created")),
+    "meta": (("key",), ("value",)),
+    "generations": (("problem", "sample"), ("record", "created")),
+    "agent_steps": (("problem", "method", "step"), ("record", "created")),
+    "agent_runs": (("problem", "method"), ("record", "created")),
+}
 
 _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS results (
@@ -49,6 +89,7 @@ _SCHEMA = (
         status TEXT NOT NULL,
         record TEXT NOT NULL,
         created REAL NOT NULL,
+        mac TEXT,
         PRIMARY KEY (problem, sample, backend)
     )""",
     """CREATE TABLE IF NOT EXISTS baselines (
@@ -57,11 +98,13 @@ _SCHEMA = (
         baseline TEXT NOT NULL,
         record TEXT NOT NULL,
         created REAL NOT NULL,
+        mac TEXT,
         PRIMARY KEY (problem, backend, baseline)
     )""",
     """CREATE TABLE IF NOT EXISTS meta (
         key TEXT PRIMARY KEY,
-        value TEXT NOT NULL
+        value TEXT NOT NULL,
+        mac TEXT
     )""",
     "CREATE INDEX IF NOT EXISTS results_backend ON results (backend)",
     """CREATE TABLE IF NOT EXISTS generations (
@@ -69,6 +112,7 @@ _SCHEMA = (
         sample INTEGER NOT NULL,
         record TEXT NOT NULL,
         created REAL NOT NULL,
+        mac TEXT,
         PRIMARY KEY (problem, sample)
     )""",
     """CREATE TABLE IF NOT EXISTS agent_steps (
@@ -77,6 +121,7 @@ _SCHEMA = (
         step INTEGER NOT NULL,
         record TEXT NOT NULL,
         created REAL NOT NULL,
+        mac TEXT,
         PRIMARY KEY (problem, method, step)
     )""",
     """CREATE TABLE IF NOT EXISTS agent_runs (
@@ -84,11 +129,112 @@ _SCHEMA = (
         method TEXT NOT NULL,
         record TEXT NOT NULL,
         created REAL NOT NULL,
+        mac TEXT,
         PRIMARY KEY (problem, method)
     )""",
 )
 
 
+# --------------------------------------------------------------------------------------- the key
+KEY_ENV = "EKB_STORE_KEY"  # names the key file (tests, or a key shared by the machines of one user)
+KEY_BYTES = 32
+
+
+class StoreKeyError(EKBError):
+    """The run-store key cannot be read or created (a file of the wrong size, a directory not writable)."""
+
+
+def store_key_path() -> Path:
+    """Where the key that authenticates run-store rows lives: $EKB_STORE_KEY, else
+    $XDG_CONFIG_HOME/edgekernelbench/store.key, else ~/.config/edgekernelbench/store.key. Never inside a
+    run directory: whoever writes the run directory must not be able to read it."""
+    named = os.environ.get(KEY_ENV)
+    if named:
+        return Path(named).expanduser()
+    config = os.environ.get("XDG_CONFIG_HOME") or ""
+    base = Path(config) if os.path.isabs(config) else Path.home() / ".config"
+    return base / "edgekernelbench" / "store.key"
+
+
+def load_store_key(path: Path | None = None) -> bytes:
+    """The run-store key at `path` (default `store_key_path()`), created on first use: 32 bytes from the
+    OS's random source, mode 0600, written under a temporary name (O_EXCL) and linked into place, so that
+    two processes creating it at once end with one key and no reader sees a partial one."""
+    path = Path(path) if path is not None else store_key_path()
+    for _ in range(100):
+        try:
+            with open(path, "rb") as f:
+                key = f.read(KEY_BYTES + 1)
+        except FileNotFoundError:
+            _create_key(path)
+            continue
+        except OSError as e:
+            raise StoreKeyError(f"cannot read the run-store key {path}: {e.strerror or e}") from None
+        if len(key) == KEY_BYTES:
+            return key
+        if len(key) > KEY_BYTES:
+            break
+        time.sleep(0.01)  # a key being written where linking is not supported (see _create_key)
+    raise StoreKeyError(
+        f"{path} is not a run-store key ({KEY_BYTES} bytes expected); move it away and a new key is made "
+        "(the rows the old key authenticated are then unauthenticated)"
+    )
+
+
+_KEY_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def _create_key(path: Path) -> None:
+    """Writes a new key at `path` unless one is there already (then nothing happens)."""
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as e:
+        raise StoreKeyError(f"cannot create the run-store key {path}: {e.strerror or e}") from None
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(8)}")
+    try:
+        _write_new_key(tmp)
+        os.link(tmp, path)  # atomic; the first process to link wins, the others read its key
+    except FileExistsError:
+        pass
+    except OSError as e:
+        if e.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOSYS, errno.EXDEV):
+            raise StoreKeyError(f"cannot create the run-store key {path}: {e.strerror or e}") from None
+        with contextlib.suppress(FileExistsError):  # a filesystem without hard links: O_EXCL in place
+            _write_new_key(path)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+
+
+def _write_new_key(path: Path) -> None:
+    """Creates `path` (O_EXCL, mode 0600) holding KEY_BYTES random bytes; FileExistsError if it exists."""
+    try:
+        fd = os.open(path, _KEY_FLAGS, 0o600)
+    except FileExistsError:
+        raise
+    except OSError as e:
+        raise StoreKeyError(f"cannot create the run-store key {path}: {e.strerror or e}") from None
+    try:
+        os.write(fd, secrets.token_bytes(KEY_BYTES))
+        os.fsync(fd)
+    except OSError as e:
+        raise StoreKeyError(f"cannot write the run-store key {path}: {e.strerror or e}") from None
+    finally:
+        os.close(fd)
+
+
+def _migrates(version: Any) -> bool:
+    return isinstance(version, int) and not isinstance(version, bool) and version in _MIGRATES_FROM
+
+
+def row_mac(key: bytes, table: str, keys: Sequence[Any], values: Sequence[Any]) -> str:
+    """The MAC of one row (hex HMAC-SHA256 under `key`) over the canonical bytes of
+    [table, [key columns], [other columns]] (TABLES gives the order) as compact JSON."""
+    msg = json.dumps([table, list(keys), list(values)], separators=(",", ":"))  # ASCII: \u escapes
+    return hmac.new(key, msg.encode(), hashlib.sha256).hexdigest()
+
+
+# ------------------------------------------------------------------------------------ environment
 ENV_KEY = "environments"  # meta: the machines and software a run was evaluated with (record_environment)
 _SEEN = ("first_seen", "last_seen")
 # distributions whose version a run records; the first one installed of each group
@@ -163,12 +309,16 @@ def _dumps(obj: Any) -> str:
 
 
 class RunStore:
-    """The SQLite store of one run directory. Use as a context manager or call `close()`."""
+    """The SQLite store of one run directory. Use as a context manager or call `close()`.
+
+    Every reader takes ``trust_unauthenticated``: False (the default) returns only the rows whose MAC
+    verifies under this user's key; True returns every row. `unauthenticated()` lists the others."""
 
     def __init__(self, run_dir: Path | str, *, timeout: float = 60.0):
         self.run_dir = Path(run_dir)
         if self.run_dir.exists() and not self.run_dir.is_dir():
             raise RunDirError(f"run directory {self.run_dir} exists and is not a directory")
+        self._key = load_store_key()
         try:
             self.run_dir.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -178,6 +328,9 @@ class RunStore:
         self._conn: sqlite3.Connection | None = None
         try:
             self._conn = sqlite3.connect(str(self.path), timeout=timeout, isolation_level=None)
+            # text that is not UTF-8 (written by hand) is read, and fails authentication, instead of
+            # making every read of its table raise
+            self._conn.text_factory = lambda b: b.decode("utf-8", "surrogateescape")
             self._setup(timeout)
         except sqlite3.DatabaseError as e:
             self.close()
@@ -202,47 +355,55 @@ class RunStore:
             )
 
     def _setup(self, timeout: float) -> None:
+        """WAL mode, then in one transaction (so that two processes opening one store agree): refuse a
+        foreign database or a newer schema, migrate a version-1 store (each table gets its `mac` column;
+        its rows stay unauthenticated), create what is missing, record the schema version."""
         c = self._db
         c.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
         mode = c.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         if str(mode).lower() != "wal":
             raise RunDirError(f"{self.path}: cannot switch the database to WAL mode (got {mode!r})")
         c.execute("PRAGMA synchronous = NORMAL")
-        tables = {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()}
-        if tables and "meta" not in tables:
-            raise RunDirError(
-                f"{self.path} is an SQLite database but not an EdgeKernelBench run store "
-                f"(tables: {', '.join(sorted(tables))})"
-            )
-        if "meta" in tables:
-            self._check_version()
         c.execute("BEGIN IMMEDIATE")
         try:
+            tables = {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if tables and "meta" not in tables:
+                raise RunDirError(
+                    f"{self.path} is an SQLite database but not an EdgeKernelBench run store "
+                    f"(tables: {', '.join(sorted(tables))})"
+                )
+            version = self._stored_version() if "meta" in tables else None
+            if version is not None and not _migrates(version):
+                self._check_version(version)
+            for table in TABLES.keys() & tables:  # version 1, or a MAC column dropped by hand
+                columns = {r[1] for r in c.execute(f"PRAGMA table_info({table})")}
+                if "mac" not in columns:
+                    c.execute(f"ALTER TABLE {table} ADD COLUMN mac TEXT")
             for stmt in _SCHEMA:
                 c.execute(stmt)
-            c.execute(
-                "INSERT OR IGNORE INTO meta (key, value) VALUES (?, ?)",
-                (_SCHEMA_KEY, json.dumps(SCHEMA_VERSION)),
-            )
+            if version != SCHEMA_VERSION:
+                self._write("meta", (_SCHEMA_KEY,), (json.dumps(SCHEMA_VERSION),))
             c.execute("COMMIT")
         except BaseException:
             c.execute("ROLLBACK")
             raise
-        self._check_version()
 
-    def _check_version(self) -> None:
+    def _stored_version(self) -> Any:
+        """The schema version meta holds (None when it holds none: an interrupted first open)."""
         row = self._db.execute("SELECT value FROM meta WHERE key = ?", (_SCHEMA_KEY,)).fetchone()
         if row is None:
-            return  # created just below (an empty meta table from an interrupted first open)
+            return None
         try:
-            version = json.loads(row[0])
-        except ValueError:
-            version = row[0]
+            return json.loads(row[0])
+        except (TypeError, ValueError):
+            return row[0]
+
+    def _check_version(self, version: Any) -> None:
         if version != SCHEMA_VERSION or isinstance(version, bool):
             newer = isinstance(version, int) and not isinstance(version, bool) and version > SCHEMA_VERSION
             raise RunDirError(
                 f"{self.path} has run-store schema version {version!r}; this EdgeKernelBench reads "
-                f"version {SCHEMA_VERSION}"
+                f"versions 1 to {SCHEMA_VERSION}"
                 + (" (it was written by a newer EdgeKernelBench; upgrade to read it)" if newer else "")
             )
 
@@ -252,62 +413,132 @@ class RunStore:
             raise RunDirError(f"the run store {self.path} is closed")
         return self._conn
 
+    # --- rows and their MACs ---------------------------------------------------------------------
+
+    def _write(self, table: str, keys: tuple, values: tuple) -> None:
+        """Inserts or replaces the row of `keys` in `table` with `values` (TABLES' order) and its MAC."""
+        key_cols, value_cols = TABLES[table]
+        cols = (*key_cols, *value_cols, "mac")
+        mac = row_mac(self._key, table, keys, values)
+        updates = ", ".join(f"{c} = excluded.{c}" for c in (*value_cols, "mac"))
+        self._db.execute(
+            f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))}) "
+            f"ON CONFLICT ({', '.join(key_cols)}) DO UPDATE SET {updates}",
+            (*keys, *values, mac),
+        )
+
+    def _authentic(self, table: str, keys: Sequence[Any], values: Sequence[Any], mac: Any) -> bool:
+        if not isinstance(mac, str):
+            return False
+        return hmac.compare_digest(mac, row_mac(self._key, table, keys, values))
+
+    def _scan(self, table: str, where: str = "", args: tuple = (), order: str = "") -> Iterator[tuple]:
+        """(key columns, other columns, authentic) of each row of `table` matching `where`, in `order`."""
+        key_cols, value_cols = TABLES[table]
+        sql = f"SELECT {', '.join((*key_cols, *value_cols, 'mac'))} FROM {table}"
+        sql += f" WHERE {where}" if where else ""
+        sql += f" ORDER BY {order}" if order else ""
+        n = len(key_cols)
+        for row in self._db.execute(sql, args).fetchall():
+            keys, values, mac = tuple(row[:n]), tuple(row[n:-1]), row[-1]
+            yield keys, values, self._authentic(table, keys, values, mac)
+
+    def _rows(
+        self,
+        table: str,
+        where: str = "",
+        args: tuple = (),
+        order: str = "",
+        trust_unauthenticated: bool = False,
+    ) -> list[tuple[tuple, tuple]]:
+        """(key columns, other columns) of the rows of `table` matching `where`, in `order`: those whose MAC
+        verifies, or every row with `trust_unauthenticated`."""
+        return [
+            (keys, values)
+            for keys, values, authentic in self._scan(table, where, args, order)
+            if authentic or trust_unauthenticated
+        ]
+
+    def _decode(self, table: str, keys: tuple, text: Any) -> Any:
+        """A row's JSON column, decoded; RunDirError (one line) for one that is not JSON, which only a row
+        that fails authentication can hold (returned because its reader was told to trust it)."""
+        try:
+            return json.loads(text)
+        except (TypeError, ValueError) as e:
+            raise RunDirError(
+                f"{self.path}: row {keys} of table {table} is not a JSON record ({e})"
+            ) from None
+
+    def unauthenticated(self) -> dict[str, list[tuple]]:
+        """table -> the key columns of each of its rows whose MAC does not verify under this user's key
+        (none, wrong, or another key's), in key order; tables without such rows are left out."""
+        out: dict[str, list[tuple]] = {}
+        for table, (key_cols, _values) in TABLES.items():
+            bad = [
+                keys for keys, _v, authentic in self._scan(table, order=", ".join(key_cols)) if not authentic
+            ]
+            if bad:
+                out[table] = bad
+        return out
+
     # --- results -------------------------------------------------------------------------------
 
     def put(self, result: Result) -> None:
         """Inserts or replaces the result for (problem, sample, backend); committed on return."""
-        self._db.execute(
-            "INSERT INTO results (problem, sample, backend, status, record, created) "
-            "VALUES (?, ?, ?, ?, ?, ?) "
-            "ON CONFLICT (problem, sample, backend) DO UPDATE SET "
-            "status = excluded.status, record = excluded.record, created = excluded.created",
-            (
-                result.problem,
-                int(result.sample),
-                result.backend,
-                result_status(result),
-                _dumps(result.to_dict()),
-                time.time(),
-            ),
+        self._write(
+            "results",
+            (result.problem, int(result.sample), result.backend),
+            (result_status(result), _dumps(result.to_dict()), time.time()),
         )
 
-    def has(self, problem: str, sample: int, backend: str) -> bool:
-        row = self._db.execute(
-            "SELECT 1 FROM results WHERE problem = ? AND sample = ? AND backend = ?",
+    def has(self, problem: str, sample: int, backend: str, *, trust_unauthenticated: bool = False) -> bool:
+        rows = self._rows(
+            "results",
+            "problem = ? AND sample = ? AND backend = ?",
             (problem, int(sample), backend),
-        ).fetchone()
-        return row is not None
+            trust_unauthenticated=trust_unauthenticated,
+        )
+        return bool(rows)
 
-    def done_keys(self, backend: str) -> set[tuple[str, int]]:
-        """The (problem, sample) pairs already stored for `backend` (what a resumed run skips)."""
-        rows = self._db.execute("SELECT problem, sample FROM results WHERE backend = ?", (backend,))
-        return {(p, s) for p, s in rows}
+    def done_keys(self, backend: str, *, trust_unauthenticated: bool = False) -> set[tuple[str, int]]:
+        """The (problem, sample) pairs stored for `backend`."""
+        rows = self._rows("results", "backend = ?", (backend,), trust_unauthenticated=trust_unauthenticated)
+        return {(p, s) for (p, s, _b), _ in rows}
 
-    def results(self, backend: str | None = None, problems: Iterable[str] | None = None) -> list[Result]:
+    def results(
+        self,
+        backend: str | None = None,
+        problems: Iterable[str] | None = None,
+        *,
+        trust_unauthenticated: bool = False,
+    ) -> list[Result]:
         """Stored results, ordered by (backend, problem, sample), optionally filtered."""
-        sql = "SELECT record FROM results"
-        args: tuple = ()
-        if backend is not None:
-            sql += " WHERE backend = ?"
-            args = (backend,)
-        sql += " ORDER BY backend, problem, sample"
+        where, args = ("backend = ?", (backend,)) if backend is not None else ("", ())
         wanted = set(problems) if problems is not None else None
         out = []
-        for (rec,) in self._db.execute(sql, args):
-            r = Result.from_dict(json.loads(rec))
+        for keys, (_status, rec, _created) in self._rows(
+            "results", where, args, "backend, problem, sample", trust_unauthenticated
+        ):
+            r = self._result(keys, rec)
             if wanted is None or r.problem in wanted:
                 out.append(r)
         return out
 
-    def statuses(self, backend: str | None = None) -> dict[tuple[str, int, str], str]:
+    def _result(self, keys: tuple, rec: Any) -> Result:
+        try:
+            return Result.from_dict(self._decode("results", keys, rec))
+        except (TypeError, ValueError, AttributeError) as e:  # JSON, but not a Result's fields
+            raise RunDirError(
+                f"{self.path}: row {keys} of table results is not a result record ({e})"
+            ) from None
+
+    def statuses(
+        self, backend: str | None = None, *, trust_unauthenticated: bool = False
+    ) -> dict[tuple[str, int, str], str]:
         """(problem, sample, backend) -> status, without decoding the records."""
-        sql = "SELECT problem, sample, backend, status FROM results"
-        rows = (
-            self._db.execute(sql + " WHERE backend = ?", (backend,))
-            if backend is not None
-            else self._db.execute(sql)
-        )
-        return {(p, s, b): st for p, s, b, st in rows}
+        where, args = ("backend = ?", (backend,)) if backend is not None else ("", ())
+        rows = self._rows("results", where, args, trust_unauthenticated=trust_unauthenticated)
+        return {(p, s, b): status for (p, s, b), (status, _rec, _created) in rows}
 
     # --- baselines -----------------------------------------------------------------------------
 
@@ -318,116 +549,100 @@ class RunStore:
         if dataclasses.is_dataclass(timing) and not isinstance(timing, type):
             timing = dataclasses.asdict(timing)
         record = {"timing": timing, "extra": dict(extra or {})}
-        self._db.execute(
-            "INSERT INTO baselines (problem, backend, baseline, record, created) VALUES (?, ?, ?, ?, ?) "
-            "ON CONFLICT (problem, backend, baseline) DO UPDATE SET "
-            "record = excluded.record, created = excluded.created",
-            (problem, backend, baseline, _dumps(record), time.time()),
-        )
+        self._write("baselines", (problem, backend, baseline), (_dumps(record), time.time()))
 
-    def baselines(self, backend: str | None = None) -> dict[tuple[str, str, str], dict]:
+    def baselines(
+        self, backend: str | None = None, *, trust_unauthenticated: bool = False
+    ) -> dict[tuple[str, str, str], dict]:
         """(problem, backend, baseline) -> {"timing": dict | None, "extra": dict, "created": float}."""
-        sql = "SELECT problem, backend, baseline, record, created FROM baselines"
-        rows = (
-            self._db.execute(sql + " WHERE backend = ? ORDER BY problem, baseline", (backend,))
-            if backend is not None
-            else self._db.execute(sql + " ORDER BY backend, problem, baseline")
-        )
+        where, args = ("backend = ?", (backend,)) if backend is not None else ("", ())
+        order = "problem, baseline" if backend is not None else "backend, problem, baseline"
         out = {}
-        for p, b, bl, rec, created in rows:
-            d = json.loads(rec)
-            out[(p, b, bl)] = {"timing": d.get("timing"), "extra": d.get("extra") or {}, "created": created}
+        for keys, (rec, created) in self._rows("baselines", where, args, order, trust_unauthenticated):
+            d = self._decode("baselines", keys, rec)
+            out[keys] = {"timing": d.get("timing"), "extra": d.get("extra") or {}, "created": created}
         return out
 
-    def get_baseline(self, problem: str, backend: str, baseline: str) -> dict | None:
+    def get_baseline(
+        self, problem: str, backend: str, baseline: str, *, trust_unauthenticated: bool = False
+    ) -> dict | None:
         """One baseline record (as in `baselines()`), or None."""
-        row = self._db.execute(
-            "SELECT record, created FROM baselines WHERE problem = ? AND backend = ? AND baseline = ?",
+        rows = self._rows(
+            "baselines",
+            "problem = ? AND backend = ? AND baseline = ?",
             (problem, backend, baseline),
-        ).fetchone()
-        if row is None:
+            trust_unauthenticated=trust_unauthenticated,
+        )
+        if not rows:
             return None
-        d = json.loads(row[0])
-        return {"timing": d.get("timing"), "extra": d.get("extra") or {}, "created": row[1]}
+        keys, (rec, created) = rows[0]
+        d = self._decode("baselines", keys, rec)
+        return {"timing": d.get("timing"), "extra": d.get("extra") or {}, "created": created}
 
     # --- generations ---------------------------------------------------------------------------
 
     def put_generation(self, problem: str, sample: int, record: dict) -> None:
         """Inserts or replaces the generation record of (problem, sample)."""
-        self._db.execute(
-            "INSERT INTO generations (problem, sample, record, created) VALUES (?, ?, ?, ?) "
-            "ON CONFLICT (problem, sample) DO UPDATE SET "
-            "record = excluded.record, created = excluded.created",
-            (problem, int(sample), _dumps(record), time.time()),
-        )
+        self._write("generations", (problem, int(sample)), (_dumps(record), time.time()))
 
-    def generations(self) -> list[dict]:
+    def generations(self, *, trust_unauthenticated: bool = False) -> list[dict]:
         """Every generation record, ordered by (problem, sample)."""
-        rows = self._db.execute("SELECT record FROM generations ORDER BY problem, sample")
-        return [json.loads(r) for (r,) in rows]
+        rows = self._rows("generations", order="problem, sample", trust_unauthenticated=trust_unauthenticated)
+        return [self._decode("generations", keys, rec) for keys, (rec, _created) in rows]
 
-    # --- meta ----------------------------------------------------------------------------------
+    # --- agents --------------------------------------------------------------------------------
 
     def put_agent_step(self, problem: str, method: str, step: int, record: dict) -> None:
         """One step of an agent's trajectory (agents/): kernel, layer, proposal, verdict, budget used."""
-        with self._db:
-            self._db.execute(
-                "INSERT OR REPLACE INTO agent_steps (problem, method, step, record, created) "
-                "VALUES (?, ?, ?, ?, ?)",
-                (problem, method, int(step), _dumps(record), time.time()),
-            )
+        self._write("agent_steps", (problem, method, int(step)), (_dumps(record), time.time()))
 
-    def agent_steps(self, problem: str | None = None, method: str | None = None) -> list[dict]:
-        rows = self._db.execute(
-            "SELECT problem, method, step, record FROM agent_steps ORDER BY problem, method, step"
-        ).fetchall()
+    def agent_steps(
+        self, problem: str | None = None, method: str | None = None, *, trust_unauthenticated: bool = False
+    ) -> list[dict]:
+        rows = self._rows(
+            "agent_steps", order="problem, method, step", trust_unauthenticated=trust_unauthenticated
+        )
         return [
-            {"problem": p, "method": m, "step": k, **json.loads(r)}
-            for p, m, k, r in rows
+            {"problem": p, "method": m, "step": k, **self._decode("agent_steps", (p, m, k), rec)}
+            for (p, m, k), (rec, _created) in rows
             if (problem is None or p == problem) and (method is None or m == method)
         ]
 
     def clear_agent_steps(self, problem: str, method: str) -> None:
         """An interrupted (problem, method) starts over: its partial trajectory goes."""
-        with self._db:
-            self._db.execute("DELETE FROM agent_steps WHERE problem = ? AND method = ?", (problem, method))
+        self._db.execute("DELETE FROM agent_steps WHERE problem = ? AND method = ?", (problem, method))
 
     def put_agent_run(self, problem: str, method: str, record: dict) -> None:
         """How one method did on one problem: budget used (calls, evaluations, tokens, cost, wall time),
         why it stopped, its final sample."""
-        with self._db:
-            self._db.execute(
-                "INSERT OR REPLACE INTO agent_runs (problem, method, record, created) VALUES (?, ?, ?, ?)",
-                (problem, method, _dumps(record), time.time()),
-            )
+        self._write("agent_runs", (problem, method), (_dumps(record), time.time()))
 
-    def agent_runs(self) -> dict[tuple[str, str], dict]:
-        rows = self._db.execute("SELECT problem, method, record FROM agent_runs").fetchall()
-        return {(p, m): json.loads(r) for p, m, r in rows}
+    def agent_runs(self, *, trust_unauthenticated: bool = False) -> dict[tuple[str, str], dict]:
+        rows = self._rows("agent_runs", trust_unauthenticated=trust_unauthenticated)
+        return {keys: self._decode("agent_runs", keys, rec) for keys, (rec, _created) in rows}
+
+    # --- meta ----------------------------------------------------------------------------------
 
     def set_meta(self, key: str, value: Any) -> None:
         """Stores a JSON-serializable value under `key` (replacing the previous value)."""
         if key == _SCHEMA_KEY:
             raise ValueError(f"{_SCHEMA_KEY!r} is managed by the run store")
-        self._db.execute(
-            "INSERT INTO meta (key, value) VALUES (?, ?) "
-            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-            (key, _dumps(value)),
-        )
+        self._write("meta", (key,), (_dumps(value),))
 
-    def get_meta(self, key: str, default: Any = None) -> Any:
-        row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-        return default if row is None else json.loads(row[0])
+    def get_meta(self, key: str, default: Any = None, *, trust_unauthenticated: bool = False) -> Any:
+        """The value under `key`; `default` when there is none (or only an unauthenticated one)."""
+        rows = self._rows("meta", "key = ?", (key,), trust_unauthenticated=trust_unauthenticated)
+        return self._decode("meta", rows[0][0], rows[0][1][0]) if rows else default
 
-    def meta_keys(self, prefix: str = "") -> list[str]:
+    def meta_keys(self, prefix: str = "", *, trust_unauthenticated: bool = False) -> list[str]:
         """The meta keys that start with `prefix`, sorted ("peak:" -> every backend's cached peaks)."""
-        rows = self._db.execute("SELECT key FROM meta ORDER BY key").fetchall()
-        return [k for (k,) in rows if k.startswith(prefix)]
+        rows = self._rows("meta", order="key", trust_unauthenticated=trust_unauthenticated)
+        return [k for (k,), _ in rows if k.startswith(prefix)]
 
     def record_environment(self, env: dict | None = None) -> None:
         """Notes the machine a command evaluates on (`host_environment()` by default) in meta
         "environments": one entry per distinct machine and software, with the first and last time seen
-        (a run resumed elsewhere, or after an upgrade, lists both)."""
+        (a run resumed elsewhere, or after an upgrade, lists both; an unauthenticated list starts over)."""
         env = dict(host_environment() if env is None else env)
         now = time.time()
         seen = self.get_meta(ENV_KEY, [])
@@ -439,10 +654,11 @@ class RunStore:
             seen.append({**env, "first_seen": now, "last_seen": now})
         self.set_meta(ENV_KEY, seen)
 
-    def created_range(self) -> tuple[float, float] | None:
+    def created_range(self, *, trust_unauthenticated: bool = False) -> tuple[float, float] | None:
         """(first, last) time a result was stored (seconds since the epoch); None without results."""
-        lo, hi = self._db.execute("SELECT MIN(created), MAX(created) FROM results").fetchone()
-        return None if lo is None else (float(lo), float(hi))
+        rows = self._rows("results", trust_unauthenticated=trust_unauthenticated)
+        times = [float(v[2]) for _k, v in rows if isinstance(v[2], int | float)]
+        return (min(times), max(times)) if times else None
 
     # --- lifetime ------------------------------------------------------------------------------
 

@@ -10,12 +10,17 @@ from .base import Backend, BackendProfile
 from .profiles import load_profiles
 
 
-def backend_names(run_dir: Path | None = None) -> list[str]:
-    return list(load_profiles(run_dir))
+def backend_names(run_dir: Path | None = None, *, run_dir_override: bool = False) -> list[str]:
+    return list(load_profiles(run_dir, run_dir_override=run_dir_override))
 
 
-def get_profile(name: str, threads: int | None = None, run_dir: Path | None = None) -> BackendProfile:
-    profiles = load_profiles(run_dir)
+def get_profile(
+    name: str, threads: int | None = None, run_dir: Path | None = None, *, run_dir_override: bool = False
+) -> BackendProfile:
+    """The profile `name` (with `threads`) among the built-in ones, the user's, and with `run_dir` its
+    profiles.toml's (load_profiles: a run directory may add profiles; it replaces one only with
+    `run_dir_override`). UnknownBackend when there is none."""
+    profiles = load_profiles(run_dir, run_dir_override=run_dir_override)
     if name not in profiles:
         close = difflib.get_close_matches(name, list(profiles), n=2)
         hint = f" (did you mean {', '.join(close)}?)" if close else ""

@@ -60,3 +60,17 @@ def baseline_module(name: str, reference_module, target):
     if name == "tvm-dlight":
         return tvm_dlight_module(reference_module, target)
     raise ValueError(f"unknown TVM baseline {name!r} (known: {', '.join(TVM_BASELINES)})")
+
+
+_BUILT: dict = {}
+
+
+def baseline_built(name: str, reference, backend) -> tuple:
+    """(module, Built) of TVM baseline `name` for the reference on `backend`, built once per process, as
+    tvm.compile builds it (Backend.build(..., stock=True)): a warm judge (harness/zygote.py) builds
+    tvm-default before it forks, and every judge and runner forked from it takes that."""
+    key = (name, reference.problem_id, backend.profile.name, str(backend.target()))
+    if key not in _BUILT:
+        mod = baseline_module(name, reference.module, backend.target())
+        _BUILT[key] = (mod, backend.build(mod, stock=True))
+    return _BUILT[key]

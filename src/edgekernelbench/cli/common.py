@@ -30,12 +30,20 @@ def _progress() -> Progress:
     )
 
 
-def _profiles(value: str, threads: int | None = None) -> list[BackendProfile]:
+def _profiles(
+    value: str, threads: int | None = None, run_dir: Path | None = None, run_dir_override: bool = False
+) -> list[BackendProfile]:
     """Comma-separated backend names -> their BackendProfiles (with `threads`; UnknownBackend for a name
-    that has none): each command resolves its backends here, once, and passes the profiles down."""
+    that has none): each command resolves its backends here, once, and passes the profiles down. With
+    `run_dir`, RUN_DIR/profiles.toml's profiles too (backends/profiles.py: it may add profiles, and
+    replaces one only with `run_dir_override`)."""
     from ..backends.registry import get_profile
 
-    return [get_profile(b.strip(), threads) for b in value.split(",") if b.strip()]
+    return [
+        get_profile(b.strip(), threads, run_dir, run_dir_override=run_dir_override)
+        for b in value.split(",")
+        if b.strip()
+    ]
 
 
 def _timing(quick: bool):
@@ -103,6 +111,12 @@ def _eval_options(f):
         "runs judge one at a time; remote ones one per device.",
     )(f)
     f = click.option(
+        "--baselines",
+        help="Baselines timed against each candidate, comma-separated: tvm-default (tvm.compile as TVM "
+        "gives it), onnxruntime, tvm-dlight (dlight's default schedules).  "
+        "[default: tvm-default,onnxruntime]",
+    )(f)
+    f = click.option(
         "--seed",
         type=click.IntRange(0, 2**63 - 1),
         help="Replay judgments with this input seed (a result's `seed`); default: a fresh seed from the OS "
@@ -110,6 +124,18 @@ def _eval_options(f):
     )(f)
     f = _tracker_option(f)
     return f
+
+
+def _run_dir_profiles_option(f):
+    from ..backends.profiles import OVERRIDE_FLAG
+
+    return click.option(
+        OVERRIDE_FLAG,
+        "run_dir_override",
+        is_flag=True,
+        help="Let RUN_DIR/profiles.toml replace a profile that exists already (built-in or yours); without "
+        "it, a run directory's profiles may only add new names.",
+    )(f)
 
 
 def _tracker_option(f):

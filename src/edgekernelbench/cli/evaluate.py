@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -12,7 +11,16 @@ from rich.table import Table
 from rich.text import Text
 
 from ..errors import EKBError
-from .common import _eval_options, _llm_options, _profiles, _progress, _timing, _tracker_option, console
+from .common import (
+    _eval_options,
+    _llm_options,
+    _profiles,
+    _progress,
+    _run_dir_profiles_option,
+    _timing,
+    _tracker_option,
+    console,
+)
 from .generate import _generate
 from .report import _print_report
 
@@ -28,17 +36,40 @@ def _check_tracker(tracker, profiles) -> None:
             return
 
 
-def _use_run_dir_profiles(run_dir: Path) -> None:
-    """RUN_DIR/profiles.toml extends the backend profiles for this run (the parent and its workers)."""
-    extra = run_dir / "profiles.toml"
-    if extra.is_file():
-        current = [f for f in os.environ.get("EKB_PROFILES", "").split(os.pathsep) if f]
-        os.environ["EKB_PROFILES"] = os.pathsep.join([*current, str(extra.resolve())])
+def _baselines(value: str | None) -> tuple[str, ...]:
+    """--baselines: comma-separated names of KNOWN_BASELINES; None: the default ones."""
+    from ..harness.job import DEFAULT_BASELINES, KNOWN_BASELINES
+
+    if value is None:
+        return DEFAULT_BASELINES
+    names = tuple(dict.fromkeys(b.strip() for b in value.split(",") if b.strip()))
+    unknown = [b for b in names if b not in KNOWN_BASELINES]
+    if unknown or not names:
+        raise EKBError(
+            f"--baselines: unknown baseline {', '.join(unknown) or '(none given)'}; "
+            f"known: {', '.join(KNOWN_BASELINES)}"
+        )
+    return names
 
 
 def _eval_config(
-    backend, threads, trials, quick, no_measure, timeout, memory_mb, tracker=None, jobs=None, seed=None
+    backend,
+    threads,
+    trials,
+    quick,
+    no_measure,
+    timeout,
+    memory_mb,
+    tracker=None,
+    jobs=None,
+    seed=None,
+    baselines=None,
+    run_dir=None,
+    run_dir_override=False,
 ):
+    """The command's EvalConfig. `run_dir`: its profiles.toml's profiles are resolved too, here, once
+    (they reach the workers inside their Jobs), and may replace an existing one only with
+    `run_dir_override` (--run-dir-profiles-override)."""
     from ..harness.isolation import Limits
     from ..runs import EvalConfig, preflight
 
@@ -46,7 +77,8 @@ def _eval_config(
         raise EKBError("--trials must be at least 1")
     if jobs is not None and jobs < 1:
         raise EKBError("--jobs must be at least 1")
-    profiles = _profiles(backend)
+    chosen = _baselines(baselines)
+    profiles = _profiles(backend, run_dir=run_dir, run_dir_override=run_dir_override)
     _check_tracker(tracker, profiles)
     backends = [p.name for p in profiles]
     cfg = EvalConfig(
@@ -60,6 +92,7 @@ def _eval_config(
         tracker=tracker,
         jobs=jobs,
         seed=seed,
+        baselines=chosen,
     )
     preflight(backends, cfg)  # e.g. a local GPU that is not there: one line before anything runs
     return cfg
@@ -90,13 +123,14 @@ def _run_eval(run_dir: Path, cfg, problems=None) -> dict:
 @click.argument("run_dir", type=click.Path(path_type=Path))
 @click.option("--problem", "problems", multiple=True, help="Only these problems (repeatable).")
 @_eval_options
+@_run_dir_profiles_option
 def eval_cmd(run_dir, problems, **opts):
     """Evaluate a directory of candidates (RUN_DIR/candidates/<problem>/sample<k>.py|.json).
-    Resumable: finished (problem, sample, backend) records are skipped."""
+    Resumable: finished (problem, sample, backend) records are skipped, unless their row of results.db
+    does not authenticate or their candidate file changed since it was judged."""
     if not run_dir.is_dir():
         raise EKBError(f"{run_dir}: no such run directory")
-    _use_run_dir_profiles(run_dir)
-    _run_eval(run_dir, _eval_config(**opts), list(problems) or None)
+    _run_eval(run_dir, _eval_config(**opts, run_dir=run_dir), list(problems) or None)
     _print_report(run_dir)
 
 
@@ -114,6 +148,7 @@ def eval_cmd(run_dir, problems, **opts):
 @click.option("--problem", "problems", multiple=True, help="Only these problems (repeatable).")
 @_llm_options
 @_eval_options
+@_run_dir_profiles_option
 def run_cmd(
     method,
     model,
@@ -131,7 +166,7 @@ def run_cmd(
     **opts,
 ):
     """Generate (for the first backend) then evaluate and report: `ekb generate` + `ekb eval`."""
-    cfg = _eval_config(**opts)
+    cfg = _eval_config(**opts, run_dir=run_dir)
     _generate(
         model,
         run_dir,
@@ -150,7 +185,6 @@ def run_cmd(
     )
     if not (run_dir / "candidates").is_dir():
         raise EKBError(f"{run_dir}: no candidates were generated")
-    _use_run_dir_profiles(run_dir)
     _run_eval(run_dir, cfg, list(problems) or None)
     _print_report(run_dir)
 
@@ -180,6 +214,7 @@ def check(problem, candidate, **opts):
             limits=cfg.limits,
             tracker=cfg.tracker,
             seed=cfg.seed,
+            baselines=cfg.baselines,
         )
     click.echo(json.dumps(res.to_dict(), indent=1))
     compile_only = res.reason == "not_checked"

@@ -9,44 +9,65 @@ import click
 from rich.text import Text
 
 from ..errors import EKBError
-from ..report.summary import inexact_baseline_lines, summaries_by_method, timing_lines
+from ..report.summary import authentication_lines, inexact_baseline_lines, summaries_by_method, timing_lines
 from .common import console
 
 __all__ = ["inexact_baseline_lines", "report", "summaries_by_method", "timing_lines"]
 
 
 # ------------------------------------------------------------------------------------------ report
-def _print_report(run_dir: Path, p: float = 1.0, per_problem: bool = False):
-    from ..report.render import render_backend_matrix, render_problem_table, render_tables
-    from ..report.summary import above_roof_lines, summarize
+def _read_results(run_dir: Path, trust: bool, shown: bool = False) -> tuple[list, list, dict]:
+    """(the results the metrics count, the results the per-sample table shows, RunStore.unauthenticated()):
+    the counted ones are those whose row authenticates, or all with `trust` (--trust-unauthenticated);
+    the shown ones (with `shown`; else the counted ones) are all of them, the others marked."""
     from ..store import RunStore
 
     with RunStore(run_dir) as store:
-        results = store.results()
+        results = store.results(trust_unauthenticated=trust)
+        unauthenticated = store.unauthenticated()
+        every = store.results(trust_unauthenticated=True) if shown and not trust else results
     if not results:
+        if unauthenticated.get("results"):
+            raise EKBError(
+                f"{run_dir}: no results to count: " + authentication_lines(unauthenticated, trust)[0]
+            )
         raise EKBError(f"{run_dir}: no results yet (run `ekb eval {run_dir}`)")
-    summary = summarize(results)
+    return results, every, unauthenticated
+
+
+def _print_report(run_dir: Path, p: float = 1.0, per_problem: bool = False, trust: bool = False):
+    """Prints the report of one run: its metrics over the results whose run-store row authenticates (all
+    with `trust`: --trust-unauthenticated), the line that counts the rows that failed authentication,
+    and with `per_problem` every sample, those marked."""
+    from ..report.render import render_backend_matrix, render_problem_table, render_tables
+    from ..report.summary import above_roof_lines, summarize, unauthenticated_results
+
+    results, every, unauthenticated = _read_results(run_dir, trust, shown=per_problem)
+    marked = unauthenticated_results(unauthenticated)
+    summary = summarize(results, unauthenticated=marked)
     if per_problem:
-        console.print(render_problem_table(results))
+        console.print(render_problem_table(every, unauthenticated=marked))
     for table in render_tables(summary, p_headline=p):
         console.print(table)
     if len(summary.backends) > 1:  # one spec, many backends: side by side
         console.print(render_backend_matrix(summary, p_headline=p))
+    for line in authentication_lines(unauthenticated, trust):
+        console.print(Text(line, style="bold red"), soft_wrap=True)
     for line in inexact_baseline_lines(results, summary.baselines):
         console.print(Text(line, style="yellow"), soft_wrap=True)
     for line in timing_lines(results, p):
         console.print(Text(line, style="yellow"), soft_wrap=True)
     for line in above_roof_lines(results):  # counted in the roofline column, left out of its mean
         console.print(Text(line, style="yellow"), soft_wrap=True)
-    by_method = summaries_by_method(results)
+    by_method = summaries_by_method(results, marked)
     if len(by_method) > 1:  # several models / methods in one run: the metrics of each
         for method, sub in by_method.items():
             console.print(Text(f"candidates made by: {method}", style="bold"))
             for table in render_tables(sub, p_headline=p):
                 console.print(table)
-    for line in _generation_lines(run_dir):
+    for line in _generation_lines(run_dir, trust):
         console.print(Text(line), soft_wrap=True)
-    rows = _agent_rows(run_dir, p, results)
+    rows = _agent_rows(run_dir, p, results, trust)
     if rows:
         from ..report.agents import render_methods
 
@@ -54,24 +75,25 @@ def _print_report(run_dir: Path, p: float = 1.0, per_problem: bool = False):
     return summary
 
 
-def _agent_rows(run_dir: Path, p: float, results: list) -> list:
-    """The method comparison of a run made by `ekb agent` (empty for other runs); `results`: the run's."""
+def _agent_rows(run_dir: Path, p: float, results: list, trust: bool = False) -> list:
+    """The method comparison of a run made by `ekb agent` (empty for other runs); `results`: the run's
+    counted results; the agents' records as authenticated (all with `trust`)."""
     from ..report.agents import method_rows
     from ..store import RunStore
 
     with RunStore(run_dir) as store:
-        runs = store.agent_runs()
-        steps = store.agent_steps() if runs else []
+        runs = store.agent_runs(trust_unauthenticated=trust)
+        steps = store.agent_steps(trust_unauthenticated=trust) if runs else []
     return method_rows(results, runs, steps, p) if runs else []
 
 
-def _generation_lines(run_dir: Path) -> list[str]:
+def _generation_lines(run_dir: Path, trust: bool = False) -> list[str]:
     """One line per model that generated this run's candidates: tokens, cost, failures, template."""
     from ..report.summary import generation_lines
     from ..store import RunStore
 
     with RunStore(run_dir) as store:
-        return generation_lines(store.generations(), prefix="generation ")
+        return generation_lines(store.generations(trust_unauthenticated=trust), prefix="generation ")
 
 
 @click.command()
@@ -95,9 +117,17 @@ def _generation_lines(run_dir: Path) -> list[str]:
     help="Write the report as one self-contained HTML page here (plots inline, no network); with several "
     "runs, compared side by side on the problems they all have.",
 )
-def report(run_dirs, p, per_problem, json_path, csv_path, anytime_path, html_path):
+@click.option(
+    "--trust-unauthenticated",
+    "trust",
+    is_flag=True,
+    help="Count the rows of results.db that fail authentication (edited or inserted by anything but "
+    "this user's ekb, or written under another machine's key); by default they are marked and left out.",
+)
+def report(run_dirs, p, per_problem, json_path, csv_path, anytime_path, html_path, trust):
     """Correct@1 / Fast@p per level and overall, against each baseline. Several RUN_DIRs: the report of
-    each, and with --html one page that compares them."""
+    each, and with --html one page that compares them. Only rows of results.db that authenticate under
+    this user's key count (store.py); the others are marked, and counted with --trust-unauthenticated."""
     from ..report.render import to_csv, to_json
 
     if len(run_dirs) > 1 and (json_path or csv_path or anytime_path):
@@ -113,44 +143,49 @@ def report(run_dirs, p, per_problem, json_path, csv_path, anytime_path, html_pat
         if len(run_dirs) > 1:
             console.print(Text(f"run {run_dir}", style="bold underline"))
         try:
-            summary = _print_report(run_dir, p, per_problem)
+            summary = _print_report(run_dir, p, per_problem, trust)
         except ValueError as e:
             raise EKBError(str(e)) from e
     run_dir = run_dirs[0]
     if json_path:
         from ..llm.generate import generation_summary
+        from ..report.summary import unauthenticated_results
         from ..store import RunStore
 
         with RunStore(run_dir) as store:
-            gens = generation_summary(store.generations())
-            results = store.results()
+            gens = generation_summary(store.generations(trust_unauthenticated=trust))
+        results, _every, unauthenticated = _read_results(run_dir, trust)
         data = json.loads(to_json(summary))
+        data["authentication"] = {
+            "trust_unauthenticated": trust,
+            "unauthenticated": {table: [list(k) for k in keys] for table, keys in unauthenticated.items()},
+        }
         if gens:
             data["generation"] = gens
-        by_method = summaries_by_method(results)
+        by_method = summaries_by_method(results, unauthenticated_results(unauthenticated))
         if len(by_method) > 1:
             data["by_method"] = {m: json.loads(to_json(sub)) for m, sub in by_method.items()}
-        rows = _agent_rows(run_dir, p, results)
+        rows = _agent_rows(run_dir, p, results, trust)
         if rows:
             data["agents"] = [r.to_dict() for r in rows]
         json_path.write_text(json.dumps(data, indent=1))
     if csv_path:
         csv_path.write_text(to_csv(summary))
     if anytime_path:
-        _write_anytime(run_dir, anytime_path)
+        _write_anytime(run_dir, anytime_path, trust)
     if html_path:
         from ..report.html import write_html
 
-        size = write_html(run_dirs, html_path, p)
+        size = write_html(run_dirs, html_path, p, trust)
         console.print(f"wrote {html_path} ({size / 1024:.0f} KiB)", soft_wrap=True)
 
 
-def _write_anytime(run_dir: Path, path: Path) -> None:
+def _write_anytime(run_dir: Path, path: Path, trust: bool = False) -> None:
     from ..report.agents import anytime_csv, anytime_curves
     from ..store import RunStore
 
     with RunStore(run_dir) as store:
-        curves = anytime_curves(store.agent_steps())
+        curves = anytime_curves(store.agent_steps(trust_unauthenticated=trust))
     if not curves:
         raise EKBError(f"{run_dir}: no agent trajectories here (made by `ekb agent`)")
     text = anytime_csv(curves) if path.suffix.lower() == ".csv" else json.dumps(curves, indent=1)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..baselines.tvm_default import baseline_built
 from ..errors import (
     DecisionError,
     ForbiddenConstruct,
@@ -599,22 +600,6 @@ def _compile_kernels(job: Job, mod, backend, target_attrs, res: Result) -> tuple
     library, seconds, counts = got
     res.extra["kernel_cache"] = counts
     return str(library), seconds
-
-
-_BASELINES: dict = {}
-
-
-def baseline_built(name: str, reference, backend) -> tuple:
-    """(module, Built) of TVM baseline `name` (baselines/tvm_default.py) for the reference on `backend`,
-    built once per process, as tvm.compile builds it (stock): a warm judge (harness/zygote.py) builds
-    tvm-default before it forks, and every judge and runner forked from it takes that."""
-    from ..baselines.tvm_default import baseline_module
-
-    key = (name, reference.problem_id, backend.profile.name, str(backend.target()))
-    if key not in _BASELINES:
-        mod = baseline_module(name, reference.module, backend.target())
-        _BASELINES[key] = (mod, backend.build(mod, stock=True))
-    return _BASELINES[key]
 
 
 def _loader(mod, built, session, reference) -> Callable[[], Runner]:

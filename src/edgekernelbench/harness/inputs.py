@@ -18,10 +18,11 @@ The stress distributions, per input (an input a kind does not apply to keeps its
 - "extremes": a bounded input (integers, or a uniform float range) at the ends of its range only, with
   some zeros where 0 is inside it: int8 at -128 / 127, uint8 at 0 / 255 (where a u8 x s8 product pair
   saturates 16 bits);
-- "ties": values on a coarse grid (a quarter of the typical scale), a fraction of them exactly 0: exact
-  ties for max / argmax / pooling and rounding, exact zeros at ReLU's and division's edges;
-- "constant_rows": every row (the last axis) constant: zero variance for a normalization, a uniform
-  softmax row.
+- "ties": values on a coarse grid (a power of two near a quarter of the typical scale), a fraction of
+  them exactly 0: exact ties for max / argmax / pooling and rounding, exact zeros at ReLU's and division's
+  edges;
+- "constant_rows": every row (the last axis) one value of that grid: a variance of exactly 0 for a
+  normalization (grid values sum exactly in any order), a uniform softmax row.
 
 A trial counts only where the oracle's own outputs are finite (harness/evaluate.py); there, a candidate
 that returns NaN or infinity is wrong. The problem's tolerance stays (atol, rtol), with atol taken at the
@@ -40,7 +41,7 @@ import numpy as np
 TYPICAL = "typical"
 STRESS_KINDS = ("large", "extremes", "ties", "constant_rows")
 LARGE = 64.0  # "large": N(0, s^2) inputs scaled by this (a softmax logit of std 2 -> 128)
-TIES_GRID = 4  # "ties": values on a grid of (typical scale) / TIES_GRID
+TIES_GRID = 4  # "ties", "constant_rows": values on a grid of about (typical scale) / TIES_GRID
 TIES_ZEROS = 0.25  # "ties": this share of the values exactly 0 (where 0 is in the domain)
 _TAG = 0x1E7B  # the judge's streams (Problem.sample_inputs keeps its own, for the tools outside the judge)
 _TRIAL, _TIMING, _SCHEDULE = 1, 2, 3
@@ -74,14 +75,26 @@ def stress_kinds(specs) -> tuple[str, ...]:
 
 
 def _grid(spec) -> tuple[float, float, float]:
-    """(step, low, high) of the "ties" grid of one input: a quarter of its typical scale, inside its range."""
+    """(step, low, high) of the grid of one input's "ties" and "constant_rows" values: a power of two near
+    a quarter of its typical scale (integers: at least 1), inside its range. Values on it are dyadic
+    rationals, whose sums, squares and means in float32 are exact: a row of equal values has a mean equal
+    to them and a variance of exactly 0 in every summation order. (A constant row of arbitrary floats does
+    not: its computed variance is rounding error, which a layer norm with eps 1e-12 blows up into outputs
+    that differ between two correct implementations.)"""
+    width = spec.scale if spec.dist == "normal" else (spec.high - spec.low) / 2
+    step = 2.0 ** np.floor(np.log2(width / TIES_GRID)) if width > 0 else 0.0
+    if spec.dist == "int":
+        step = max(1.0, step)
     if spec.dist == "normal":
-        return spec.scale / TIES_GRID, -np.inf, np.inf
-    return (
-        max((spec.high - spec.low) / (2 * TIES_GRID), 1.0 if spec.dist == "int" else 0.0),
-        spec.low,
-        spec.high,
-    )
+        return step, -np.inf, np.inf
+    return step, spec.low, spec.high
+
+
+def _on_grid(spec, x: np.ndarray) -> np.ndarray:
+    step, low, high = _grid(spec)
+    if step > 0:
+        x = np.round(x.astype(np.float64) / step) * step
+    return np.clip(x, low, high)
 
 
 def draw(spec, kind: str, rng: np.random.Generator) -> np.ndarray:
@@ -100,15 +113,14 @@ def draw(spec, kind: str, rng: np.random.Generator) -> np.ndarray:
             spec.dtype
         )
     if kind == "ties":
-        step, low, high = _grid(spec)
-        if step > 0:
-            x = np.clip(np.round(x.astype(np.float64) / step) * step, low, high)
-        if low <= 0 <= high:
+        x = _on_grid(spec, x)
+        if spec.dist == "normal" or spec.low <= 0 <= spec.high:
             x = np.where(rng.random(spec.shape) < TIES_ZEROS, 0, x)
         return np.asarray(x).astype(spec.dtype)
     if kind == "constant_rows":
         if len(spec.shape) >= 1 and spec.shape[-1] > 1:
-            return np.ascontiguousarray(np.broadcast_to(x[..., :1], x.shape)).astype(spec.dtype)
+            row = _on_grid(spec, x[..., :1])
+            return np.ascontiguousarray(np.broadcast_to(row, x.shape)).astype(spec.dtype)
         return x
     raise ValueError(f"unknown input distribution kind {kind!r}")
 

@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 from .timing import TimingConfig
 
 DEFAULT_BASELINES = ("tvm-default", "onnxruntime")
+KNOWN_BASELINES = ("tvm-default", "onnxruntime", "tvm-dlight")  # tvm-dlight: baselines/tvm_default.py
 # The judging protocol's version: raised when what a verdict means changes (inputs, checks, baselines).
 # 2: fresh seeds, stress inputs, rotated and checked timed calls, tvm-default as tvm.compile gives it.
 JUDGE_PROTOCOL = 2

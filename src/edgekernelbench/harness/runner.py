@@ -249,7 +249,7 @@ class _Served:
 
     def load_baseline(self, req: dict) -> dict:
         """A TVM baseline (harness/evaluate.py baseline_built: built before the fork in a warm judge)."""
-        from .evaluate import baseline_built
+        from ..baselines.tvm_default import baseline_built
 
         mod, built = baseline_built(str(req["name"]), self.reference, self.backend)
         self.runner = Runner(mod, built, self.session, self.reference)

@@ -75,7 +75,9 @@ def preload(spec: dict) -> None:
         from ..backends.registry import backend_for
 
         backend = backend_for(BackendProfile.from_dict(spec["backend_profile"]))
-        mod, built = evaluate.baseline_built("tvm-default", reference, backend)
+        from ..baselines.tvm_default import baseline_built
+
+        mod, built = baseline_built("tvm-default", reference, backend)
         kernels = [gv.name_hint for gv, f in mod.functions.items() if isinstance(f, tvm.tirx.PrimFunc)]
         if kernels and hasattr(built.kernels, "mod"):  # LLVM generates a library's code at its first use
             built.kernels[kernels[0]]

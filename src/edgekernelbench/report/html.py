@@ -44,11 +44,12 @@ from ..errors import EKBError, ReportError, RunDirError
 from ..records import FAIL_REASONS, Result
 from ..store import DB_NAME, ENV_KEY, RunStore, host_environment
 from .agents import anytime_curves, method_rows, render_methods
-from .render import fmt_pct, fmt_speedup, render_backend_matrix, render_tables
+from .render import UNAUTHENTICATED_MARK, fmt_pct, fmt_speedup, render_backend_matrix, render_tables
 from .summary import (
     BackendSummary,
     Summary,
     above_roof_lines,
+    authentication_lines,
     generation_lines,
     inexact_baseline_lines,
     level_label,
@@ -57,6 +58,7 @@ from .summary import (
     summaries_by_method,
     summarize,
     timing_lines,
+    unauthenticated_results,
 )
 
 __all__ = [
@@ -123,39 +125,64 @@ class RunData:
     created: tuple[float, float] | None = None  # first and last result stored
     generations: list[dict] = field(default_factory=list)
     left_out: list[str] = field(default_factory=list)  # problems not in every run compared
+    # the rows of its store that failed authentication (RunStore.unauthenticated(): table -> keys); the
+    # results among them are in `results` (counted) with `trusted` (--trust-unauthenticated), else in
+    # `excluded` (shown in the per-sample table, marked, and in no metric)
+    unauthenticated: dict[str, list[tuple]] = field(default_factory=dict)
+    trusted: bool = False
+    excluded: list[Result] = field(default_factory=list)
 
     def restrict(self, problems: set[str]) -> None:
         """Keeps only `problems` (the ones every compared run has); notes the others in `left_out`."""
         self.left_out = sorted({r.problem for r in self.results} - problems)
         self.results = [r for r in self.results if r.problem in problems]
+        self.excluded = [r for r in self.excluded if r.problem in problems]
         self.agent_steps = [s for s in self.agent_steps if s.get("problem") in problems]
         self.agent_runs = {k: v for k, v in self.agent_runs.items() if k[0] in problems}
 
 
-def load_run(run_dir: Path | str, label: str | None = None) -> RunData:
-    """Reads a run directory's store: results, agent trajectories, configs, peaks, environments."""
+def load_run(run_dir: Path | str, label: str | None = None, trust: bool = False) -> RunData:
+    """Reads a run directory's store: results, agent trajectories, configs, peaks, environments; of each
+    table the rows that authenticate (store.py), or all with `trust` (--trust-unauthenticated)."""
     run_dir = Path(run_dir)
     if not run_dir.joinpath(DB_NAME).is_file():
         raise RunDirError(f"{run_dir}: no results.db here (run `ekb eval {run_dir}` first)")
     with RunStore(run_dir) as store:
-        results = store.results()
+        results = store.results(trust_unauthenticated=trust)
+        unauthenticated = store.unauthenticated()
         if not results:
+            if unauthenticated.get("results"):
+                why = authentication_lines(unauthenticated, trust)[0]
+                raise RunDirError(f"{run_dir}: no results to count: {why}")
             raise RunDirError(f"{run_dir}: no results yet (run `ekb eval {run_dir}`)")
+        marked = unauthenticated_results(unauthenticated)
+        excluded = (
+            []
+            if trust or not marked
+            else [r for r in store.results(trust_unauthenticated=True) if _key(r) in marked]
+        )
+
+        def meta_value(key: str) -> Any:
+            return store.get_meta(key, trust_unauthenticated=trust)
+
         meta = {
-            k: store.get_meta(k)
+            k: v
             for k in ("eval_config", "agent_config", "generation_config", ENV_KEY)
-            if store.get_meta(k) is not None
+            if (v := meta_value(k)) is not None
         }
-        peak_records = {k: store.get_meta(k) for k in store.meta_keys("peak:")}
+        peak_records = {k: meta_value(k) for k in store.meta_keys("peak:", trust_unauthenticated=trust)}
         run = RunData(
             label=label or run_dir.name or str(run_dir),
             path=run_dir,
             results=results,
-            agent_runs=store.agent_runs(),
-            agent_steps=store.agent_steps(),
+            agent_runs=store.agent_runs(trust_unauthenticated=trust),
+            agent_steps=store.agent_steps(trust_unauthenticated=trust),
             meta=meta,
-            created=store.created_range(),
-            generations=store.generations(),
+            created=store.created_range(trust_unauthenticated=trust),
+            generations=store.generations(trust_unauthenticated=trust),
+            unauthenticated=unauthenticated,
+            trusted=trust,
+            excluded=excluded,
         )
     threads = [c["threads"] for k in ("eval_config", "agent_config") if (c := meta.get(k)) and "threads" in c]
     for backend in sorted({r.backend for r in results}):
@@ -182,6 +209,10 @@ def _peak_record(run_dir: Path, backend: str, threads: list[int], records: dict[
     except EKBError:  # a profile that is gone (renamed, a user file not here): no ceilings
         return None
     return profile_peak(profile, threads[0] if threads else 1)
+
+
+def _key(r: Result) -> tuple[str, int, str]:
+    return (r.problem, r.sample, r.backend)
 
 
 def labels_for(paths: Sequence[Path]) -> list[str]:
@@ -636,12 +667,14 @@ def candidate_text(run_dir: Path, r: Result) -> tuple[str, str] | None:
 
 def problem_rows(runs: Sequence[RunData], baselines: Sequence[str]) -> tuple[list[dict], dict[str, str]]:
     """One row per sample of every run (per_problem_rows plus run, level, method, roofline fraction, full
-    detail and the id of its candidate's text), and the texts by id (one per run, problem and sample)."""
+    detail and the id of its candidate's text; the samples whose row failed authentication too, counted
+    or not, each with authenticated False), and the texts by id (one per run, problem and sample)."""
     rows, texts = [], {}
     found: dict[tuple[str, str, int], tuple[str, str] | None] = {}  # (run, problem, sample) -> (kind, id)
     for run in runs:
-        ordered = sorted(run.results, key=lambda r: (r.backend, r.problem, r.sample))
-        for r, row in zip(ordered, per_problem_rows(ordered, baselines), strict=True):
+        ordered = sorted([*run.results, *run.excluded], key=lambda r: (r.backend, r.problem, r.sample))
+        marked = unauthenticated_results(run.unauthenticated)
+        for r, row in zip(ordered, per_problem_rows(ordered, baselines, marked), strict=True):
             key = (run.label, r.problem, r.sample)
             if key not in found:  # a sample judged on several backends: its text once
                 text = candidate_text(run.path, r)
@@ -781,12 +814,13 @@ def run_metadata(run: RunData) -> dict:
 
 
 # ----------------------------------------------------------------------------------------------- page
-def build_html(run_dirs: Sequence[Path | str], p: float = 1.0) -> str:
-    """The page for one run, or for several compared on the problems they all have."""
+def build_html(run_dirs: Sequence[Path | str], p: float = 1.0, trust: bool = False) -> str:
+    """The page for one run, or for several compared on the problems they all have; `trust`: count the
+    rows that fail authentication (load_run)."""
     paths = [Path(d) for d in run_dirs]
     if not paths:
         raise ReportError("no run directory given")
-    runs = [load_run(d, label) for d, label in zip(paths, labels_for(paths), strict=True)]
+    runs = [load_run(d, label, trust) for d, label in zip(paths, labels_for(paths), strict=True)]
     if len(runs) > 1:
         common = common_problems(runs)
         if not common:
@@ -802,7 +836,9 @@ def build_html(run_dirs: Sequence[Path | str], p: float = 1.0) -> str:
 
 
 def _page(runs: list[RunData], p: float) -> str:
-    summaries = [summarize(run.results) for run in runs]
+    summaries = [
+        summarize(run.results, unauthenticated=unauthenticated_results(run.unauthenticated)) for run in runs
+    ]
     baselines = list(summaries[0].baselines)
     backends = sorted({r.backend for run in runs for r in run.results})
     blocks = []
@@ -810,14 +846,15 @@ def _page(runs: list[RunData], p: float) -> str:
         tables = [table_html(t) for t in render_tables(summary, p_headline=p)]
         if len(summary.backends) > 1:
             tables.append(table_html(render_backend_matrix(summary, p_headline=p)))
-        by_method = summaries_by_method(run.results)
+        by_method = summaries_by_method(run.results, unauthenticated_results(run.unauthenticated))
         method_tables = []
         if len(by_method) > 1:
             for method, sub in by_method.items():
                 for t in render_tables(sub, p_headline=p):
                     method_tables.append(table_html(t, f"candidates made by {method}: {_text(t.title)}"))
         notes = (
-            inexact_baseline_lines(run.results, summary.baselines)
+            authentication_lines(run.unauthenticated, run.trusted)
+            + inexact_baseline_lines(run.results, summary.baselines)
             + timing_lines(run.results, p)
             + above_roof_lines(run.results)
         )
@@ -881,6 +918,7 @@ def _page(runs: list[RunData], p: float) -> str:
         fail_plot=_failure_plot(statuses, fail_rows, 0),
         baselines=baselines,
         rows=rows,
+        unauthenticated_mark=UNAUTHENTICATED_MARK,
         texts=texts,
         metadata=[run_metadata(run) for run in runs],
         generated=_when(time.time()),
@@ -896,11 +934,11 @@ def check_output_path(path: Path | str) -> None:
         raise ReportError(f"{path}: no such directory {path.parent} (create it first)")
 
 
-def write_html(run_dirs: Sequence[Path | str], path: Path | str, p: float = 1.0) -> int:
+def write_html(run_dirs: Sequence[Path | str], path: Path | str, p: float = 1.0, trust: bool = False) -> int:
     """Writes the page to `path` (its directory must exist); returns its size in bytes."""
     path = Path(path)
     check_output_path(path)
-    text = build_html(run_dirs, p)
+    text = build_html(run_dirs, p, trust)
     data = text.encode()
     try:
         path.write_bytes(data)

@@ -6,7 +6,7 @@ import csv
 import io
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 
 from rich.table import Table
 from rich.text import Text
@@ -16,6 +16,7 @@ from .summary import Summary, per_problem_rows
 
 __all__ = [
     "CSV_FIELDS",
+    "UNAUTHENTICATED_MARK",
     "fmt_pct",
     "fmt_speedup",
     "render_backend_matrix",
@@ -41,10 +42,12 @@ CSV_FIELDS = (
     "roofline_fraction",
     "roofline_flags",  # correct samples above their roof (measurement errors), left out of the fraction
     "baseline_inexact",  # samples whose baseline output differed from the oracle (LevelSummary)
+    "unauthenticated",  # samples counted whose run-store row failed authentication (--trust-unauthenticated)
 )
 
 _NONE = "-"
 _STATUS_STYLE = {"correct": "green", "compile-only": "yellow"}
+UNAUTHENTICATED_MARK = "(unauthenticated)"  # after the status of a sample whose run-store row failed it
 
 
 def fmt_pct(x: float | None) -> str:
@@ -88,7 +91,8 @@ def _check_p(summary: Summary, p: float) -> float:
 def render_table(summary: Summary, p_headline: float = 1.0, backend: str | None = None) -> Table:
     """The metrics table of one backend (columns: level, problems, samples, Compile@1, Correct@1,
     Fast@p_headline and geomean speedup vs each baseline, roofline fraction when known, with the count
-    of samples above their roof, which the mean leaves out).
+    of samples above their roof, which the mean leaves out; the samples counted whose run-store row
+    failed authentication when there are any: `ekb report --trust-unauthenticated`).
 
     `backend` defaults to the summary's only backend; with several and none named, one table holds
     them all, with a backend column and a section per backend.
@@ -97,6 +101,7 @@ def render_table(summary: Summary, p_headline: float = 1.0, backend: str | None 
     bsums = [summary.backend(backend)] if backend is not None else list(summary.backends)
     combined = len(bsums) > 1
     show_roof = any(lv.roofline_fraction is not None or lv.roofline_flags for b in bsums for lv in b.levels)
+    show_unauth = any(lv.unauthenticated for b in bsums for lv in b.levels)
     # baselines whose own output differed from the oracle somewhere: a count column after the geomeans
     inexact = [
         b for b in summary.baselines if any(lv.baseline_inexact.get(b) for bs in bsums for lv in bs.levels)
@@ -119,6 +124,8 @@ def render_table(summary: Summary, p_headline: float = 1.0, backend: str | None 
         table.add_column(f"{b} output inexact", justify="right")
     if show_roof:
         table.add_column("roofline", justify="right")
+    if show_unauth:
+        table.add_column("unauthenticated", justify="right")
 
     for i, bs in enumerate(bsums):
         for j, lv in enumerate(bs.levels):
@@ -135,6 +142,8 @@ def render_table(summary: Summary, p_headline: float = 1.0, backend: str | None 
             row += [str(lv.baseline_inexact.get(b, 0)) for b in inexact]
             if show_roof:
                 row.append(fmt_roof(lv))
+            if show_unauth:
+                row.append(str(lv.unauthenticated))
             last = j == len(bs.levels) - 1
             table.add_row(
                 *row,
@@ -225,6 +234,7 @@ def to_csv(summary: Summary) -> str:
                 "correct_at_1": num(lv.correct_at_1),
                 "roofline_fraction": num(lv.roofline_fraction),
                 "roofline_flags": lv.roofline_flags,
+                "unauthenticated": lv.unauthenticated,
             }
             if not summary.baselines or not summary.ps:
                 w.writerow(
@@ -255,11 +265,16 @@ def _speedup_cell(row: dict, baseline: str) -> str:
 
 
 def render_problem_table(
-    results: Iterable[Result], baselines: Sequence[str] | None = None, title: str = "Samples"
+    results: Iterable[Result],
+    baselines: Sequence[str] | None = None,
+    title: str = "Samples",
+    unauthenticated: Collection[tuple[str, int, str]] = (),
 ) -> Table:
     """A detail table: one row per sample (problem, backend, sample, status, runtime, speedups; "~" marks
-    a speedup whose confidence interval contains 1: a tie)."""
-    rows = per_problem_rows(results, baselines)
+    a speedup whose confidence interval contains 1: a tie; UNAUTHENTICATED_MARK follows the status of the
+    samples whose (problem, sample, backend) is in `unauthenticated`: their run-store row failed
+    authentication)."""
+    rows = per_problem_rows(results, baselines, unauthenticated)
     bls = list(baselines) if baselines is not None else sorted({b for r in rows for b in r["speedups"]})
     table = Table(title=title)
     for name, justify in (
@@ -279,12 +294,18 @@ def render_problem_table(
             Text(r["problem"]),
             Text(r["backend"]),
             str(r["sample"]),
-            Text(r["status"], style=_STATUS_STYLE.get(r["status"], "red")),
+            _status_cell(r),
             _NONE if r["runtime_us"] is None else f"{r['runtime_us']:.1f}",
             *[_speedup_cell(r, b) for b in bls],
             Text(_detail_cell(r)),
         )
     return table
+
+
+def _status_cell(row: dict) -> Text:
+    if not row["authenticated"]:
+        return Text(f"{row['status']} {UNAUTHENTICATED_MARK}", style="magenta")
+    return Text(row["status"], style=_STATUS_STYLE.get(row["status"], "red"))
 
 
 def _detail_cell(row: dict) -> str:

@@ -9,7 +9,7 @@ fraction above 1 (a measurement error) is counted in `roofline_flags`, not avera
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from .. import metrics
@@ -22,6 +22,7 @@ __all__ = [
     "LevelSummary",
     "Summary",
     "above_roof_lines",
+    "authentication_lines",
     "baseline_output_inexact",
     "inexact_baseline_lines",
     "level_label",
@@ -30,6 +31,7 @@ __all__ = [
     "summaries_by_method",
     "summarize",
     "timing_lines",
+    "unauthenticated_results",
 ]
 
 DEFAULT_BASELINES = ("tvm-default", "onnxruntime")
@@ -61,6 +63,9 @@ class LevelSummary:
     # baseline -> samples timed against it whose baseline output differed from the oracle (ONNX Runtime's
     # 8-bit integer GEMM on a CPU without VNNI): those speedups are against an inexact result
     baseline_inexact: dict[str, int] = field(default_factory=dict)
+    # samples counted here whose row of the run store failed authentication (store.py): only with
+    # `ekb report --trust-unauthenticated`; without it such rows are left out of every summary
+    unauthenticated: int = 0
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -112,7 +117,13 @@ def _pkey(p: float) -> str:
     return repr(float(p))
 
 
-def _level_summary(name: str, results: list[Result], baselines: Sequence[str], ps: Sequence[float]):
+def _level_summary(
+    name: str,
+    results: list[Result],
+    baselines: Sequence[str],
+    ps: Sequence[float],
+    unauthenticated: Collection[tuple[str, int, str]] = (),
+):
     groups = metrics.outcomes(results)
     compile1 = metrics.compile_at_k(results, 1)
     correct1 = metrics.correct_at_k(results, 1)
@@ -146,7 +157,12 @@ def _level_summary(name: str, results: list[Result], baselines: Sequence[str], p
         baseline_inexact={
             b: n for b in baselines if (n := sum(1 for r in results if baseline_output_inexact(r, b)))
         },
+        unauthenticated=sum(1 for r in results if _key(r) in unauthenticated),
     )
+
+
+def _key(r: Result) -> tuple[str, int, str]:
+    return (r.problem, r.sample, r.backend)
 
 
 def baseline_output_inexact(r: Result, baseline: str) -> bool:
@@ -160,10 +176,13 @@ def summarize(
     results: Iterable[Result],
     baselines: Sequence[str] = DEFAULT_BASELINES,
     ps: Sequence[float] = DEFAULT_PS,
+    unauthenticated: Collection[tuple[str, int, str]] = (),
 ) -> Summary:
-    """Metrics for each backend (sorted), for each level present and for "all".
+    """Metrics for each backend (sorted), for each level present and for "all", over `results` (the
+    caller chooses them: a report passes the authenticated ones, or all with --trust-unauthenticated).
 
-    Results whose problem id has no level ("L<n>/...") only count in "all".
+    Results whose problem id has no level ("L<n>/...") only count in "all". `unauthenticated`: the
+    (problem, sample, backend) keys whose row failed authentication, counted per level.
     """
     baselines = tuple(baselines)
     ps = tuple(float(p) for p in ps)
@@ -178,8 +197,11 @@ def summarize(
             lv = metrics.level_of(r.problem)
             if lv is not None:
                 by_level.setdefault(lv, []).append(r)
-        levels = [_level_summary(level_label(lv), by_level[lv], baselines, ps) for lv in sorted(by_level)]
-        levels.append(_level_summary(ALL, rs, baselines, ps))
+        levels = [
+            _level_summary(level_label(lv), by_level[lv], baselines, ps, unauthenticated)
+            for lv in sorted(by_level)
+        ]
+        levels.append(_level_summary(ALL, rs, baselines, ps, unauthenticated))
         out.append(BackendSummary(backend, levels))
     return Summary(baselines, ps, out)
 
@@ -228,13 +250,18 @@ def _compile_only_detail(r: Result) -> str:
     return _short(f"{lang} kernels: {', '.join(kernels)}")
 
 
-def per_problem_rows(results: Iterable[Result], baselines: Sequence[str] | None = None) -> list[dict]:
+def per_problem_rows(
+    results: Iterable[Result],
+    baselines: Sequence[str] | None = None,
+    unauthenticated: Collection[tuple[str, int, str]] = (),
+) -> list[dict]:
     """One row per sample, sorted by (backend, problem, sample), for a detail table.
 
     Keys: problem, backend, sample, status, detail (one short line), runtime_us (median, or None),
     speedups {baseline: float | None} for `baselines` (default: every baseline any result has),
     oracle (what judged it), inexact_baselines (those of `baselines` whose own output differed from the
-    oracle's: `baseline_output_inexact`).
+    oracle's: `baseline_output_inexact`), authenticated (False for the keys in `unauthenticated`: rows of
+    the run store that failed authentication).
     """
     results = list(results)
     if baselines is None:
@@ -257,9 +284,30 @@ def per_problem_rows(results: Iterable[Result], baselines: Sequence[str] | None 
                 "speedup_ci": {b: r.speedup_ci.get(b) for b in baselines if b in r.speedup_ci},
                 "oracle": r.oracle,
                 "inexact_baselines": [b for b in baselines if baseline_output_inexact(r, b)],
+                "authenticated": _key(r) not in unauthenticated,
             }
         )
     return rows
+
+
+def unauthenticated_results(unauthenticated: dict[str, list[tuple]]) -> set[tuple[str, int, str]]:
+    """The (problem, sample, backend) keys of the results rows in RunStore.unauthenticated()'s answer."""
+    return {(p, s, b) for p, s, b in unauthenticated.get("results", [])}
+
+
+def authentication_lines(unauthenticated: dict[str, list[tuple]], trusted: bool) -> list[str]:
+    """The line that says how many rows of a run store failed authentication (RunStore.unauthenticated()'s
+    answer), per table, and whether the report left them out of its metrics or counted them
+    (`trusted`: --trust-unauthenticated); none when every row authenticates."""
+    n = sum(len(keys) for keys in unauthenticated.values())
+    if not n:
+        return []
+    tables = ", ".join(f"{table}: {len(keys)}" for table, keys in unauthenticated.items())
+    head = f"{n} row{'s' if n != 1 else ''} of results.db failed authentication ({tables})"
+    if trusted:
+        return [f"warning: {head}; counted in the metrics as --trust-unauthenticated asks"]
+    verb = "are" if n != 1 else "is"
+    return [f"warning: {head} and {verb} left out of the metrics; --trust-unauthenticated counts them"]
 
 
 def inexact_baseline_lines(results, baselines) -> list[str]:
@@ -302,12 +350,13 @@ def timing_lines(results, p: float) -> list[str]:
     return lines
 
 
-def summaries_by_method(results) -> dict:
-    """The metrics of each method (model) that made candidates in a run: "llm:openai:gpt-4o", "rules", ..."""
+def summaries_by_method(results, unauthenticated: Collection[tuple[str, int, str]] = ()) -> dict:
+    """The metrics of each method (model) that made candidates in a run: "llm:openai:gpt-4o", "rules", ...
+    (`unauthenticated`: as for `summarize`)."""
     groups: dict[str, list] = {}
     for r in results:
         groups.setdefault(r.method or "unknown", []).append(r)
-    return {m: summarize(rs) for m, rs in sorted(groups.items())}
+    return {m: summarize(rs, unauthenticated=unauthenticated) for m, rs in sorted(groups.items())}
 
 
 def generation_lines(records: list[dict], prefix: str = "") -> list[str]:

@@ -25,14 +25,15 @@ from .. import metrics
 from ..backends.base import BackendProfile
 from ..backends.peak import profile_peak
 from ..errors import MalformedCandidate, RunDirError
-from ..harness.api import evaluate
+from ..files import UntrustedFileError, read_regular, sha256_hex
+from ..harness.api import evaluate, profile_digest
 from ..harness.isolation import Limits
-from ..harness.job import DEFAULT_BASELINES
+from ..harness.job import DEFAULT_BASELINES, judge_version
 from ..harness.timing import TimingConfig
-from ..ir.spec import read_candidate
+from ..ir.spec import MAX_CANDIDATE_BYTES, read_candidate
 from ..problems import get_problem
 from ..records import Result
-from ..store import RunStore
+from ..store import RunStore, result_status
 
 log = logging.getLogger(__name__)
 SAMPLE_RE = re.compile(r"^sample(\d+)\.(py|json|tvmscript)$")
@@ -115,13 +116,35 @@ def local_jobs(backend: str, cfg: EvalConfig) -> int:
     return max(1, min(4, (os.cpu_count() or 1) // max(1, cfg.threads)))
 
 
+def candidate_digest(path: Path) -> str | None:
+    """SHA-256 of a candidate file's current bytes, read as untrusted (files.read_regular, as
+    ir.spec.read_candidate reads it); None when it cannot be read that way."""
+    try:
+        return sha256_hex(read_regular(path, MAX_CANDIDATE_BYTES))
+    except UntrustedFileError:
+        return None
+
+
 def pending(store: RunStore, refs: list[CandidateRef], backend: str, retry_infra: bool) -> list[CandidateRef]:
-    statuses = store.statuses(backend)
+    """The candidates to judge (again) on `backend`: those without a stored result whose row of the run
+    store authenticates (none, or a forged or edited one), those whose candidate file's bytes are not the
+    ones judged (Result.candidate_sha256; a result without it, from before it was recorded, counts as
+    changed), those a judge of another version judged (Result.judge_version: its rules -- inputs, checks,
+    baselines -- were not this judge's) and, with `retry_infra`, those whose failure was the harness's
+    ("infra")."""
+    stored = {(r.problem, r.sample): r for r in store.results(backend)}
+    current = judge_version()
     out = []
-    for r in refs:
-        status = statuses.get((r.problem, r.sample, backend))
-        if status is None or (retry_infra and status == "infra"):
-            out.append(r)
+    for ref in refs:
+        r = stored.get((ref.problem, ref.sample))
+        if (
+            r is None
+            or (retry_infra and result_status(r) == "infra")
+            or not r.candidate_sha256
+            or r.candidate_sha256 != candidate_digest(ref.path)
+            or r.judge_version != current
+        ):
+            out.append(ref)
     return out
 
 
@@ -131,9 +154,12 @@ def evaluate_ref(
     try:
         spec, digest = read_candidate(ref.path, ref.problem)
     except MalformedCandidate as e:  # the candidate's own fault: recorded, the run goes on
-        return Result(ref.problem, ref.sample, backend, candidate=str(ref.path)).failure(
-            "parse_error", str(e)
-        )
+        res = Result(ref.problem, ref.sample, backend, candidate=str(ref.path)).failure("parse_error", str(e))
+        # the bytes that failed to parse: a resumed run skips them until they change
+        res.candidate_sha256 = candidate_digest(ref.path) or ""
+        res.judge_version = judge_version()
+        res.profile_sha256 = profile_digest(cfg.profile(backend))
+        return res
     return evaluate(
         ref.problem,
         spec,
@@ -248,10 +274,12 @@ def eval_run(
 
 
 def backend_peak(store: RunStore, backend: str | BackendProfile, threads: int) -> dict | None:
-    """The backend's peaks for the roofline: the profile's when measured by `ekb peak` (same thread
-    count), else measured here once per run directory (cached in the run store's meta; a record cached
-    before per-level bandwidths existed has no "levels" and still serves, as one memory roof), else the
-    profile's datasheet figures when the backend cannot be measured here."""
+    """The backend's peaks for the roofline and the judge's plausibility check: the profile's when
+    measured by `ekb peak` (same thread count), else measured here once per run directory (cached in the
+    run store's meta "peak:<backend>:<threads>"; only a cached record that authenticates is used, any
+    other is measured again and replaced; a record cached before per-level bandwidths existed has no
+    "levels" and still serves, as one memory roof), else the profile's datasheet figures when the
+    backend cannot be measured here."""
     from ..backends.registry import as_profile
 
     profile = as_profile(backend, threads)
@@ -259,7 +287,7 @@ def backend_peak(store: RunStore, backend: str | BackendProfile, threads: int) -
     if peak:
         return peak
     key = f"peak:{profile.name}:{threads}"
-    cached = store.get_meta(key)
+    cached = store.get_meta(key)  # authenticated only: a forged huge peak would turn the check off
     if cached:
         return cached
     peak = measure_peak_isolated(profile, threads)
