@@ -77,7 +77,7 @@ def test_rule_candidates_are_correct_under_qemu(backend, pid, threads, rule_spec
         assert "Parallel" in str(spec.to_dict()), "expected a parallel schedule"
     r = evaluate(pid, spec, backend=backend, threads=threads, trials=2, limits=LIMITS)
     assert r.compiled and r.correct, (r.reason, r.detail)
-    assert r.correctness.trials == 2
+    assert r.correctness.trials == len(r.correctness.inputs) >= 2  # typical, then every stress kind
     assert r.timing_status == "not measured" and r.runtime is None and not r.baselines and not r.speedups
     # the record says how it ran: a parallel launch of a multi-threaded candidate used `threads` OS threads
     emu = r.extra["emulation"]

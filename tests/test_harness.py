@@ -81,10 +81,11 @@ def test_correct_candidate_passes_and_is_timed():
             "nan_output",
         ),
         ("returns a constant", "for i, j in T.grid(4, 8):\n    out[i, j] = T.float32(1.0)", "wrong_output"),
-        (
+        (  # refused by the verifier before it is built (harness/verify.py); the runtime check stays for
+            # a write the IR does not show (an index past a buffer's end): test_inputs_and_timing.py
             "mutates an input",
             "for i, j in T.grid(4, 8):\n    out[i, j] = x[i, j] * w1[j] + b3[j]\n    x[i, j] = T.float32(0)",
-            "input_mutated",
+            "forbidden",
         ),
         (
             "reads the output it should write",
@@ -100,7 +101,7 @@ def test_correct_candidate_passes_and_is_timed():
 )
 def test_bad_kernel_fails_with_reason(name, body, reason):
     r = judge(prim(body))
-    assert r.compiled, r.detail
+    assert r.compiled or reason == "forbidden", r.detail
     assert not r.correct and r.reason == reason, (name, r.reason, r.detail)
 
 

@@ -67,7 +67,7 @@ def test_native_timer_outputs_equal_the_python_sessions(lib):
 def test_the_contender_is_native_and_returns_positive_seconds(lib):
     p, inputs = _problem_and_inputs()
     run, how = ort_contender(p, inputs, 1, lib)
-    assert how == {"timer": NATIVE, "library": lib}
+    assert how == {"timer": NATIVE, "library": lib, "input_sets": 1}
     assert run(1) > 0 and run(50) > 0
 
 
@@ -104,7 +104,7 @@ def test_evaluate_records_the_native_timer(lib, monkeypatch):
     monkeypatch.setenv(ort_native.LIB_ENV, lib)
     r = judge(CORRECT, measure=True, timing=TimingConfig.quick(), trials=1)
     assert r.correct and r.baselines["onnxruntime"].median > 0, r.detail
-    assert r.extra["onnxruntime_timer"] == {"timer": NATIVE, "library": lib}
+    assert r.extra["onnxruntime_timer"] == {"timer": NATIVE, "library": lib, "input_sets": 3}
 
 
 def test_evaluate_falls_back_when_the_parent_cannot_build_it(tmp_path, monkeypatch):

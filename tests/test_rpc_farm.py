@@ -257,7 +257,7 @@ def test_eval_routes_by_key_runs_devices_in_parallel_and_times_remotely(farm, tm
         assert r.extra["onnxruntime_on"] == "device" and "not_measured" not in r.extra
         assert r.runtime.median > 0
     l1 = recs[(L1, 0, "host-cpu-rpc")]
-    assert l1.correctness.trials == 2 and max(l1.correctness.max_abs_err) < 1e-3
+    assert l1.correctness.trials == len(l1.correctness.inputs) >= 2 and max(l1.correctness.max_abs_err) < 1e-3
 
 
 def test_a_key_without_devices_is_infra_not_the_candidates_fault(farm):

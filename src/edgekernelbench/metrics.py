@@ -121,8 +121,10 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 def verdict(result: Result, p: float, baseline: str) -> str | None:
     """ "fast" (the speedup's confidence interval lies above p), "tie" (it contains p), "slow" (it lies
-    below p), "implausible" (its time is below the backend's physical bound and a fresh judge did not
-    confirm it: see `time_bound`; never fast); None when the sample is not correct or has no speedup
+    below p), "implausible" (never fast: its kernels on poisoned outputs are much slower than its timed
+    calls, or its time is below the backend's physical bound and a fresh judge did not confirm it -- see
+    `time_bound` --, or it is above its roofline and no stateless timing confirmed it); None when the
+    sample is not correct or has no speedup
     against `baseline`. A record without
     an interval is judged on its point estimate: "fast" when speedup > p, else "slow"."""
     if not result.correct:
@@ -132,6 +134,8 @@ def verdict(result: Result, p: float, baseline: str) -> str | None:
         return None
     if (result.extra.get("plausibility") or {}).get("status") == "implausible":
         return "implausible"  # faster than the machine allows, and a fresh judge did not confirm it
+    if above_roof(result.extra.get("roofline")) and not stateless_ok(result):
+        return "implausible"  # above its roofline, and no timing without reuse confirmed its speed
     ci = result.speedup_ci.get(baseline)
     if not ci:
         return "fast" if s > p else "slow"
@@ -285,6 +289,24 @@ def time_bound(
 def implausible(seconds: float, bound: float | None) -> bool:
     """A time below PLAUSIBLE_MARGIN of the physical bound (`time_bound`)."""
     return bound is not None and seconds < PLAUSIBLE_MARGIN * bound
+
+
+# A candidate whose kernels, each timed alone on outputs overwritten before every call (so nothing an
+# earlier call left in memory can be reused), take more than this many times its time through the VM is
+# reusing such memory: implausible (harness/api.py check_plausible). Honest candidates of the suite measure
+# a ratio of 0.2-1.2 (per-kernel timing has no VM dispatch; in sequence, a kernel finds its inputs in cache).
+STATE_FACTOR = 1.5
+
+
+def stateless_ok(result: Result) -> bool:
+    """The result's speed was confirmed without reuse of memory between calls: its kernels on poisoned
+    outputs are no slower than STATE_FACTOR times its time (stateless timing), or a fresh judge confirmed
+    an implausibly fast time ("implausible-confirmed")."""
+    plaus = result.extra.get("plausibility") or {}
+    ratio = plaus.get("stateless_ratio")
+    if plaus.get("status") == "implausible-confirmed":
+        return True
+    return isinstance(ratio, int | float) and not isinstance(ratio, bool) and ratio <= STATE_FACTOR
 
 
 def above_roof(roof: dict | None) -> bool:

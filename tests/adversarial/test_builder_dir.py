@@ -51,3 +51,33 @@ def test_a_poisoned_candidate_in_the_middle_of_a_run_is_recorded_and_the_run_goe
     assert status == {0: "correct", 1: "forbidden", 2: "correct"}, status
     again = ekb("eval", run, "--no-measure", "--trials", "1")  # resumed: nothing left, nothing stops it
     assert again.returncode == 0 and "skipped 3" in again.stdout, again.stdout + again.stderr
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"problem": "L1/tiny_scale_add", "format_version": "2", "module": "x"}',
+        '{"problem": "L1/tiny_scale_add", "format_version": null, "module": "x"}',
+        '{"problem": "L1/tiny_scale_add", "decisions": {"loop": {"f": [[["a", [], {}, []]], []]}, "graph": 7}}',
+        "[" * 100_000 + "]" * 100_000,
+    ],
+    ids=["version a string", "version null", "graph not an object", "nested 100k deep"],
+)
+def test_a_malformed_spec_in_a_run_is_the_candidates_parse_error(tmp_path, text):
+    """Found by the red team of 2026-12-07: a spec whose fields have the wrong types raised a TypeError
+    (or a RecursionError) that ended `ekb eval`, every later candidate unjudged, and every resumed run."""
+    from test_python_attacks import SIG
+
+    run = tmp_path / "run"
+    d = run / "candidates" / "L1" / "tiny_scale_add"
+    d.mkdir(parents=True)
+    (d / "sample0.json").write_text(text)
+    body = "\n".join("        " + ln for ln in RIGHT.splitlines())
+    (d / "sample1.py").write_text(
+        f"@I.ir_module\nclass Module:\n    @T.prim_func(private=True)\n    def fused_multiply_add({SIG}):\n{body}\n"
+    )
+    p = ekb("eval", run, "--no-measure", "--trials", "1")
+    assert p.returncode == 0 and "Traceback" not in p.stderr, p.stdout + p.stderr
+    with sqlite3.connect(run / "results.db") as db:
+        status = dict(db.execute("SELECT sample, status FROM results").fetchall())
+    assert status == {0: "parse_error", 1: "correct"}, status

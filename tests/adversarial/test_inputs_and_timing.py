@@ -122,9 +122,10 @@ class Module:
     @T.prim_func(private=True)
     def count(x: T.Buffer((4, 8), "float32"), n: T.Buffer((2048,), "int32")):
         # n is a fresh intermediate on every call, but the VM's pool hands back the same memory: what the
-        # last call left there. Outside [0, 1e9) (a sentinel, or memory never used): start again.
-        if n[0] < 0 or n[0] > 1000000000:
+        # last call left there. Without its mark (a sentinel, or memory never used): start again.
+        if n[1] != 1592594996:
             n[0] = 0
+            n[1] = 1592594996
         n[0] = n[0] + 1
 
     @T.prim_func(private=True)
@@ -255,3 +256,101 @@ def test_a_judge_with_threads_spawns_its_runner_instead_of_running_the_candidate
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     finally:
         proxy.close()
+
+
+# ------------------------------------------------------------------------------------------ reuse
+def output_cache_attack(n: int = 128, slots: int = 4, pad: int = 0) -> str:
+    """A matmul that keeps its outputs for the last `slots` inputs (keyed by 8 of their elements) in a
+    pooled intermediate -- an unused second output of its kernel, whose memory the VM's pool hands back on
+    every call -- and copies the cached output on a hit (after `pad` dummy steps, to look slower). Every
+    output it returns is right; the checked calls see right outputs; none of main's constants, weights or
+    inputs changes. Found by the red team of 2026-12-07 (32x-111x over tvm-default, "plausible")."""
+    fp = [((f * 37 + 5) % n, (f * 53 + 11) % n) for f in range(8)]
+    slot = 1 + len(fp) + n * n
+    size = 2 + slots * slot
+    match = "\n".join(
+        f"                if cache[2 + s * {slot} + {1 + f}] != x[{i}, {j}]:\n                    ok[0] = 0"
+        for f, (i, j) in enumerate(fp)
+    )
+    keep = "\n".join(
+        f"                    cache[2 + s * {slot} + {1 + f}] = x[{i}, {j}]" for f, (i, j) in enumerate(fp)
+    )
+    return f"""
+@I.ir_module
+class Module:
+    @T.prim_func(private=True)
+    def matmul_cached(x: T.Buffer(({n}, {n}), "float32"), w1: T.Buffer(({n}, {n}), "float32"),
+                      cache: T.Buffer(({size},), "float32"), out: T.Buffer(({n}, {n}), "float32")):
+        hit = T.decl_buffer((1,), "int32")
+        ok = T.decl_buffer((1,), "int32")
+        acc = T.decl_buffer((1,), "float32")
+        hit[0] = -1
+        if cache[0] == T.float32(12345.5):
+            for s in range({slots}):
+                ok[0] = 1
+                if cache[2 + s * {slot}] != T.float32(1):
+                    ok[0] = 0
+{match}
+                if ok[0] == 1 and hit[0] < 0:
+                    hit[0] = s
+        else:
+            cache[0] = T.float32(12345.5)
+            cache[1] = T.float32(0)
+            for s in range({slots}):
+                cache[2 + s * {slot}] = T.float32(0)
+        if hit[0] >= 0:
+            acc[0] = T.float32(0)
+            for p in range({pad}):
+                acc[0] = acc[0] * T.float32(0.5) + T.float32(1)
+            for i, j in T.grid({n}, {n}):
+                out[i, j] = cache[2 + hit[0] * {slot} + {1 + len(fp)} + i * {n} + j] + T.min(acc[0], T.float32(0))
+        else:
+            for i, j in T.grid({n}, {n}):
+                out[i, j] = T.float32(0)
+                for k in range({n}):
+                    out[i, j] = out[i, j] + x[i, k] * w1[k, j]
+            for s in range({slots}):
+                if s == T.Cast("int32", cache[1]):
+                    cache[2 + s * {slot}] = T.float32(1)
+{keep}
+                    for i, j in T.grid({n}, {n}):
+                        cache[2 + s * {slot} + {1 + len(fp)} + i * {n} + j] = out[i, j]
+            cache[1] = T.Cast("float32", T.truncmod(T.Cast("int32", cache[1]) + 1, {slots}))
+
+    @R.function
+    def main(x: R.Tensor(({n}, {n}), "float32"), w1: R.Tensor(({n}, {n}), "float32")):
+        cls = Module
+        with R.dataflow():
+            lv = R.call_tir(cls.matmul_cached, (x, w1),
+                            out_ty=[R.Tensor(({size},), "float32"), R.Tensor(({n}, {n}), "float32")])
+            gv = lv[1]
+            R.output(gv)
+        return gv
+"""
+
+
+@pytest.mark.parametrize("pad", [0, 20000])
+def test_outputs_kept_in_pooled_memory_are_found_by_the_stateless_timing(pad):
+    from edgekernelbench import metrics
+
+    r = judge("L1/tiny_matmul_128", output_cache_attack(pad=pad), timing=QUICK)
+    assert r.correct, r.detail  # right outputs, every one of them
+    plaus = r.extra["plausibility"]
+    assert plaus["status"] == "implausible" and plaus["stateless_ratio"] > metrics.STATE_FACTOR, plaus
+    assert "reuses what earlier calls left in memory" in plaus["reason"]
+    assert metrics.verdict(r, 0.0, "tvm-default") == "implausible" and not metrics.is_fast(
+        r, 0.0, "tvm-default"
+    )
+
+
+def test_an_honest_kernels_stateless_timing_agrees_with_its_timed_calls():
+    honest = primfunc_module(
+        "matmul",
+        'x: T.Buffer((128, 128), "float32"), w1: T.Buffer((128, 128), "float32"), '
+        'matmul: T.Buffer((128, 128), "float32")',
+        "for i, j in T.grid(128, 128):\n    matmul[i, j] = T.float32(0)\n    for k in range(128):\n"
+        "        matmul[i, j] = matmul[i, j] + x[i, k] * w1[k, j]",
+    )
+    r = judge("L1/tiny_matmul_128", honest, timing=QUICK)
+    assert r.correct and r.extra["plausibility"]["status"] == "plausible", r.extra.get("plausibility")
+    assert r.extra["stateless_timing"]["kernels"][0]["kernel"] == "matmul"

@@ -563,3 +563,41 @@ def test_target_attributes_that_change_what_is_built_are_refused():
         r.reason,
         r.detail,
     )
+
+
+# ------------------------------------------------------------------------------------ state in a module
+BUMP = """
+    @T.prim_func(private=True)
+    def bump(w: T.Buffer((8,), "float32")):
+        w[0] = w[0] + T.float32(1)
+"""
+
+
+@pytest.mark.parametrize(
+    "name, main",
+    [
+        (
+            "call_tir_inplace on a weight",
+            'b = R.call_tir_inplace(cls.bump, (w1,), inplace_indices=[0], out_ty=R.Tensor((8,), "float32"))',
+        ),
+        (
+            "call_tir_inplace on an alias of a weight",
+            "a = w1\n"
+            'b = R.call_tir_inplace(cls.bump, (a,), inplace_indices=[0], out_ty=R.Tensor((8,), "float32"))',
+        ),
+        (
+            "call_tir_inplace on a constant",
+            'c = R.const([1, 2, 3, 4, 5, 6, 7, 8], "float32")\n'
+            'b = R.call_tir_inplace(cls.bump, (c,), inplace_indices=[0], out_ty=R.Tensor((8,), "float32"))',
+        ),
+    ],
+)
+def test_an_in_place_write_to_what_main_does_not_own_is_refused(name, main):
+    msg = refused(full(f"{main}\n{CALL}\nreturn gv", extra=BUMP))
+    assert "call_tir_inplace of 'bump' writes its input #0" in msg, (name, msg)
+
+
+def test_a_kernel_that_stores_into_its_input_through_a_view_is_refused():
+    body = 'v = T.decl_buffer((8,), "float32", data=w1.data)\nv[0] = T.float32(0)\n' + RIGHT
+    msg = refused(prim(body))
+    assert "stores into its input #1 ('w1')" in msg, msg

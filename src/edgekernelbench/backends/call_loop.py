@@ -75,14 +75,14 @@ def _load(path: str) -> ctypes.CDLL:
 
 class RotatingCaller:
     """`func` (a TVM FFI function: a VM's main) over argument lists `sets` (device tensors) in turn.
-    run(number): `number` calls, continuing the rotation; `calls` counts every call made so far, so the
-    set of the next call is sets[calls % len(sets)]. call_next(): one call from Python, its result returned
-    (the judge's checked calls, and the last call of a timed request, whose outputs it keeps)."""
+    run(number): `number` calls, continuing the rotation from `next_set`; call_next(): one call from
+    Python on `next_set`, its result returned; call_on(k): one on set k, after which the rotation goes on
+    from k + 1. `calls` counts every call made."""
 
     def __init__(self, func, sets: list[list], lib_path: str | None = None, why_python: str = ""):
         if not sets or any(len(s) != len(sets[0]) for s in sets):
             raise ValueError("argument sets of one length are needed")
-        self.func, self.sets, self.calls = func, sets, 0
+        self.func, self.sets, self.calls, self.next_set = func, sets, 0, 0
         self._loop = None
         self.how = "python loop" + (f" ({why_python})" if why_python else "")
         if lib_path:
@@ -98,28 +98,26 @@ class RotatingCaller:
             except (OSError, AttributeError) as e:
                 self._loop, self.how = None, f"python loop (the C loop did not load: {e})"
 
-    @property
-    def next_set(self) -> int:
-        return self.calls % len(self.sets)
-
     def run(self, number: int) -> None:
         number = int(number)
         if number <= 0:
             return
+        k, start = len(self.sets), self.next_set
         if self._loop is not None:
-            n = len(self.sets[0])
-            rc = self._loop(self._handle, self._anys, n, len(self.sets), self.calls, number)
-            if rc != 0:  # the call that failed raises again from Python, with TVM's message
-                self.call_next()
+            if self._loop(self._handle, self._anys, len(self.sets[0]), k, start, number) != 0:
                 raise RuntimeError("a call of main failed in the call loop")
-            self.calls += number
-            return
-        func, sets, k = self.func, self.sets, len(self.sets)
-        for i in range(self.calls, self.calls + number):
-            func(*sets[i % k])
+        else:
+            func, sets = self.func, self.sets
+            for i in range(start, start + number):
+                func(*sets[i % k])
         self.calls += number
+        self.next_set = (start + number) % k
 
     def call_next(self):
-        out = self.func(*self.sets[self.next_set])
+        return self.call_on(self.next_set)
+
+    def call_on(self, k: int):
+        out = self.func(*self.sets[k])
         self.calls += 1
+        self.next_set = (k + 1) % len(self.sets)
         return out

@@ -128,22 +128,48 @@ def profile_digest(profile: BackendProfile) -> str:
 
 
 def check_plausible(res: Result, job: Job, limits: Limits, peak: dict | None) -> Result:
-    """A correct candidate timed faster than the backend's physical bound (metrics.time_bound: its bytes
-    at the fastest measured bandwidth, its FLOPs at the peak) is judged again by a fresh judge that also
-    times every kernel with its outputs poisoned before each call (harness/evaluate.py). Confirmed (the
-    fresh judge is as fast, poisoned outputs and all): it counts, flagged "implausible-confirmed" (the
-    bound was off). Not confirmed (it skipped work or reused an earlier call's output): "implausible",
-    never fast (metrics.verdict). Recorded in extra["plausibility"]."""
+    """Whether a correct, timed candidate's speed is one it can have, recorded in extra["plausibility"]:
+
+    1. Stateless timing (the host CPU; harness/evaluate.py): its kernels, each timed alone on outputs
+       overwritten before every call, must not take more than metrics.STATE_FACTOR times its time through
+       the VM, or it reuses what earlier calls left in memory (a cache of outputs in a pooled
+       intermediate): "implausible", never fast (metrics.verdict). The ratio is kept ("stateless_ratio").
+    2. The physical bound (metrics.time_bound: its bytes at the fastest measured bandwidth, its FLOPs at
+       the peak): a time below half of it is judged again by a fresh judge that also times every kernel
+       with its outputs poisoned before each call. Confirmed (the fresh judge is as fast, poisoned outputs
+       and all): it counts, "implausible-confirmed" (the bound was off). Not confirmed: "implausible"."""
     from .. import metrics
     from ..problems import get_problem
 
-    if not (res.correct and res.runtime and peak and peak.get("flops")):
+    if not (res.correct and res.runtime):
+        return res
+    record: dict = {"seconds": res.runtime.median, "status": "plausible"}
+    stateless = res.extra.get("stateless_timing") or {}
+    kernels_s = stateless.get("seconds")
+    if isinstance(kernels_s, float) and kernels_s > 0 and res.runtime.median > 0:
+        ratio = kernels_s / res.runtime.median
+        record["stateless_ratio"] = ratio
+        if ratio > metrics.STATE_FACTOR:
+            record.update(
+                status="implausible",
+                reason=(
+                    f"its kernels, each on outputs overwritten before every call, take "
+                    f"{kernels_s * 1e6:.3g} us; its timed calls {res.runtime.median * 1e6:.3g} us "
+                    f"({ratio:.3g}x faster, more than "
+                    f"{metrics.STATE_FACTOR}x): it reuses what earlier calls left in memory"
+                ),
+            )
+            log.warning("%s#%d on %s: %s", job.problem, job.sample, job.backend, record["reason"])
+            res.extra["plausibility"] = record
+            return res
+    if not (peak and peak.get("flops")):
+        res.extra["plausibility"] = record
         return res
     problem = get_problem(job.problem)
     bound = metrics.time_bound(
         res.flops, res.bytes, peak["flops"], peak.get("bandwidth"), peak.get("levels") or (), problem.integer
     )
-    record = {"bound_s": bound, "seconds": res.runtime.median, "status": "plausible"}
+    record["bound_s"] = bound
     if metrics.implausible(res.runtime.median, bound):
         fresh = run_in_worker(replace(job, confirm=True), limits)
         poisoned = (fresh.extra.get("confirm") or {}).get("seconds")
@@ -226,4 +252,6 @@ def time_floors(
     )
     if "onnxruntime" in baselines and profile.kind != "gpu":
         prepare_ort_timer(job)
+    if profile.kind == "host":
+        prepare_call_loop(job)
     return run_in_worker(job, limits)

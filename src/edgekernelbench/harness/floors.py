@@ -5,7 +5,10 @@ themselves cost per call. `run_floors` (the worker's work for a Job with task "f
 harness's protocol, an empty problem through exactly the timer each contender uses:
 
   tvm                           a Relax main calling one PrimFunc that copies one float32, built for the
-                                backend, timed by the Relax VM's timer the candidate is timed by;
+                                backend, timed as the candidate and tvm-default are: on the host CPU by
+                                the judge around requests to a runner process making its calls from C
+                                over rotated input sets (harness/runner.py), elsewhere by the device's
+                                own timer;
   onnxruntime                   a one-node Identity model on one float32, timed as the ONNX Runtime
                                 baseline is (the native C loop over RunWithBinding, or its fallback);
   onnxruntime-python-iobinding  the same model, a Python loop over run_with_iobinding (for comparison);
@@ -30,7 +33,7 @@ ORT_IOBINDING = "onnxruntime-python-iobinding"
 ORT_RUN = "onnxruntime-python-run"
 
 DESCRIPTIONS = {
-    TVM: "Relax VM time_evaluator(invoke_stateful) of main -> one 1-element copy PrimFunc",
+    TVM: "Relax main -> one 1-element copy PrimFunc, timed as the candidate is",
     ORT: "one-node Identity (1 float32), timed as the onnxruntime baseline",
     ORT_IOBINDING: "one-node Identity, Python loop over run_with_iobinding (inputs/outputs bound)",
     ORT_RUN: "one-node Identity, Python loop over session.run",
@@ -86,16 +89,36 @@ def run_floors(job: Job) -> Result:
         mod = tvm_default_module(mod, backend.target())
     built = backend.build(mod)
     res.compiled, res.compile_seconds = True, built.seconds
-    loaded = session.load(built)
     x = np.ones((1,), dtype="float32")
-    contenders = {TVM: loaded.timer("main", [session.to_device(x)])}
-    if ORT in job.baselines:
-        _ort_floors(job, backend, session, {"x": x}, contenders, res, gpu)
-    timings = time_interleaved(contenders, TimingConfig(**job.timing))
+    runners = []
+    try:
+        contenders = {TVM: _tvm_floor(job, backend, session, mod, built, x, runners)}
+        if ORT in job.baselines:
+            _ort_floors(job, backend, session, {"x": x}, contenders, res, gpu)
+        timings = time_interleaved(contenders, TimingConfig(**job.timing))
+    finally:
+        for runner in runners:
+            runner.close()
     res.baselines = timings
     res.extra["floors"] = {n: DESCRIPTIONS[n] for n in timings}
     res.correct, res.timing_status = True, "measured"
     return _done(res, t_start)
+
+
+def _tvm_floor(job: Job, backend, session, mod, built, x, runners: list):
+    """The TVM contender of the floor module: on this machine's CPU through a runner process, as the judge
+    times the candidate (harness/evaluate.py), else the device's own timer."""
+    from .evaluate import _on_host
+    from .runner import start_runner
+
+    if not _on_host(backend):
+        return session.load(built).timer("main", [session.to_device(x)])
+    reference = SimpleNamespace(problem_id=PROBLEM, module=mod, input_names=["x"], params=[])
+    proxy, _ = start_runner(backend, session, reference, job.sandbox)
+    runners.append(proxy)
+    proxy.load(mod, {})
+    sets = [{"x": x + k} for k in range(TimingConfig(**job.timing).input_sets)]
+    return proxy.bind(sets, job.call_loop_lib, job.call_loop_unavailable)
 
 
 def _ort_floors(job: Job, backend, session, inputs: dict, contenders: dict, res: Result, gpu: bool) -> None:

@@ -29,6 +29,7 @@ set for their timers (the device's own time evaluator).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import io
 import json
@@ -228,7 +229,10 @@ class _Served:
         self.backend, self.session, self.reference = backend, session, reference
         self.runner: Runner | None = None
         self.timed = None  # backends.call_loop.RotatingCaller over the bound input sets
-        self.last = None  # the outputs of the last timed call (a check overwrites them with a sentinel)
+        # the outputs of the last two calls, held: a check overwrites them with a sentinel and lets them
+        # go, and the pool hands their memory to the checked call (the VM itself still holds the last
+        # call's return value, so the memory the checked call gets is the one before)
+        self.recent: collections.deque = collections.deque(maxlen=2)
         self.owned: list[tuple[str, object, np.ndarray]] = []  # (label, tensor, its value when bound)
 
     def load(self, req: dict) -> dict:
@@ -263,29 +267,43 @@ class _Served:
             dict(zip(names, arrays[k * len(names) : (k + 1) * len(names)], strict=True))
             for k in range(n_sets)
         ]
+        self.sets = sets
         self.timed = self.runner.rotating(sets, req.get("lib"), str(req.get("why") or ""))
         self.owned = [(label, t, t.numpy().copy()) for label, t in self.runner.owned_state(self.timed)]
-        self.last = _flat(self.timed.call_next())  # every contender's first call: untimed
-        return {"ok": True, "how": self.timed.how, "calls": self.timed.calls}
+        self.recent.append(_flat(self.timed.call_next()))  # every contender's first call: untimed
+        return {"ok": True, "how": self.timed.how, **self.position()}
+
+    def position(self) -> dict:
+        return {"calls": self.timed.calls, "next": self.timed.next_set}
 
     def time(self, req: dict) -> dict:
         number = int(req["number"])
         if number > 0:  # 0: an empty request (the judge measures a request's own cost)
-            self.last = None  # its buffer goes back to the pool, as every other call's does
-            self.timed.run(number - 1)
-            self.last = _flat(self.timed.call_next())
-        return {"ok": True, "calls": self.timed.calls}
+            self.recent.clear()  # their memory goes back to the pool, as every other call's does
+            self.timed.run(number - min(number, 2))
+            for _ in range(min(number, 2)):  # the last two from Python: their outputs are held
+                self.recent.append(_flat(self.timed.call_next()))
+        return {"ok": True, **self.position()}
 
     def check(self, req: dict) -> tuple[dict, list[np.ndarray]]:
-        """One call on the next input set, its outputs returned; before it, the previous call's outputs
-        (whose memory the pool hands this call) are overwritten with a fresh sentinel."""
+        """One call on input set `set` (the judge's choice), its outputs returned; before it, the outputs of
+        the calls before (whose memory the pool hands this call) are overwritten with a fresh sentinel."""
         seed = int(req["sentinel"])
-        for i, t in enumerate(self.last or []):
-            _sentinel(t, seed + i)
-        self.last = None
-        k = self.timed.next_set
-        self.last = _flat(self.timed.call_next())
-        return {"ok": True, "set": k, "calls": self.timed.calls}, [t.numpy() for t in self.last]
+        for j, outs in enumerate(self.recent):
+            for i, t in enumerate(outs):
+                _sentinel(t, seed + 1000 * j + i)
+        self.recent.clear()
+        k = int(req["set"]) % len(self.timed.sets)
+        out = _flat(self.timed.call_on(k))
+        self.recent.append(out)
+        return {"ok": True, "set": k, **self.position()}, [t.numpy() for t in out]
+
+    def stateless(self, req: dict) -> dict:
+        """Every kernel call of main on the first bound input set, each timed alone over `repeats` calls
+        with its outputs overwritten by the sentinel before every call (outside the timed region): what
+        main costs when no call can reuse anything an earlier call left in memory (Runner.poisoned_time)."""
+        out = self.runner.poisoned_time(self.sets[0], int(req.get("repeats", 25)))
+        return {"ok": True, "seconds": out["seconds"], "kernels": out["kernels"]}
 
     def state(self) -> dict:
         for label, t, value in self.owned:
@@ -327,6 +345,8 @@ def _serve(sock: socket.socket, backend, session, reference) -> None:
                 send(sock, *served.check(req))
             elif op == "state":
                 send(sock, served.state())
+            elif op == "stateless":
+                send(sock, served.stateless(req))
             elif op in ("kernels", "vm", "profile", "poisoned"):
                 inputs = dict(zip(req["names"], arrays, strict=True))
                 if op == "kernels":
@@ -511,6 +531,7 @@ class RunnerProxy:
 
     def __init__(self, sock: socket.socket, pid: int, proc=None):
         self.sock, self.pid, self.proc = sock, pid, proc  # proc: a spawned runner's Popen
+        self.next_set = 0  # the input set its next timed call takes, as its last reply said
         self.session = None  # a local CPU: no device whose failure could be diagnosed
 
     def _call(self, header: dict, arrays: list[np.ndarray] | None = None) -> tuple[dict, list[np.ndarray]]:
@@ -519,6 +540,8 @@ class RunnerProxy:
             rep, out = recv(self.sock)
         except (RunnerDied, OSError) as e:
             raise RunnerDied(f"the candidate's process died ({self._status()})") from e
+        if isinstance(rep.get("next"), int):  # where the timed calls' rotation stands (bind, time, check)
+            self.next_set = rep["next"]
         err = rep.get("error")
         if err == "fault":
             raise KernelFault(str(rep.get("reason", "runtime_error")), str(rep.get("detail", ""))[-2000:])
@@ -584,11 +607,17 @@ class RunnerProxy:
         timer.how, timer.calls = str(rep.get("how", "")), int(rep.get("calls", 0))
         return timer
 
-    def check(self, sentinel: int) -> tuple[int, list[np.ndarray]]:
-        """(input set, outputs) of one call on the next input set, made after the previous call's outputs
-        were overwritten with the sentinel drawn from `sentinel`."""
-        rep, out = self._call({"op": "check", "sentinel": int(sentinel)})
-        return int(rep["set"]), out
+    def check(self, sentinel: int, input_set: int) -> list[np.ndarray]:
+        """The outputs of one call on input set `input_set`, made after the outputs of the calls before were
+        overwritten with the sentinel drawn from `sentinel`."""
+        return self._call({"op": "check", "sentinel": int(sentinel), "set": int(input_set)})[1]
+
+    def stateless(self, repeats: int) -> dict:
+        """The runner's per-kernel timing on poisoned outputs (`_Served.stateless`): {"seconds": the sum over
+        main's kernel calls, "kernels": [...]}. Measured in the candidate's process, so it can only accuse
+        (a runner that reports its kernels slower is judged worse), never acquit."""
+        rep, _ = self._call({"op": "stateless", "repeats": int(repeats)})
+        return {"seconds": float(rep["seconds"]), "kernels": rep.get("kernels") or []}
 
     def verify_state(self) -> None:
         """Raises KernelFault("input_mutated") when a constant, weight or bound input of main changed."""

@@ -513,12 +513,36 @@ class RelaxCheck:
             inplace = frozenset(int(i) for i in call.attrs.inplace_indices if int(i) >= 0)
             params = set(self.func.params)
             for i in sorted(inplace):
-                if i >= len(fields) or _kind(fields[i]) == "GenericConst" or fields[i] in params:
+                source = self.source(fields[i]) if i < len(fields) else None
+                if source is None or _kind(source) == "GenericConst" or source in params:
                     self.fail(
                         f"call_tir_inplace of {callee!r} writes its input #{i}, which is not an "
                         "intermediate value (a constant or a parameter of the function would keep state)"
                     )
         self.calls.append((callee, len(fields), inplace))
+
+    def source(self, expr):
+        """What a Relax value is bound to, through aliases (`a = b`) and tuple items (`w = params[0]`):
+        a parameter of the function, a constant, or the call that made it."""
+        from tvm import relax
+
+        if not hasattr(self, "_bound"):
+            self._bound = {
+                b.var: b.value
+                for block in self.func.body.blocks
+                for b in block.bindings
+                if isinstance(b, relax.VarBinding)
+            }
+        seen = 0
+        while seen < 10_000:
+            seen += 1
+            if isinstance(expr, relax.TupleGetItem):
+                expr = expr.tuple_value
+            elif isinstance(expr, relax.Var) and expr in self._bound:
+                expr = self._bound[expr]
+            else:
+                return expr
+        return None
 
 
 class PrimFuncCheck:

@@ -90,7 +90,10 @@ class KernelSpec:
     def from_dict(cls, d: dict, source: str = "spec") -> KernelSpec:
         if not isinstance(d, dict):
             raise MalformedCandidate(f"{source}: a spec must be a JSON object")
-        if d.get("format_version", FORMAT_VERSION) > FORMAT_VERSION:
+        version = d.get("format_version", FORMAT_VERSION)
+        if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+            raise MalformedCandidate(f"{source}: 'format_version' must be a positive integer")
+        if version > FORMAT_VERSION:
             raise MalformedCandidate(f"{source}: spec format {d['format_version']} is newer than this ekb")
         if not isinstance(d.get("problem"), str):
             raise MalformedCandidate(f"{source}: missing string field 'problem'")
@@ -105,7 +108,10 @@ class KernelSpec:
             raise MalformedCandidate(
                 f"{source}: unknown decision layer(s) {sorted(unknown)}; layers are {LAYERS}"
             )
-        dec = Decisions(**{k: v for k, v in raw.items()})
+        try:
+            dec = Decisions(**{k: v for k, v in raw.items()})
+        except TypeError as e:
+            raise MalformedCandidate(f"{source}: decisions: {e}") from None
         for layer in SCHEDULE_LAYERS:
             traces = getattr(dec, layer)
             if not isinstance(traces, dict):
@@ -145,7 +151,20 @@ class KernelSpec:
             d = json.loads(text)
         except json.JSONDecodeError as e:
             raise MalformedCandidate(f"{source}: not valid JSON ({e.msg} at line {e.lineno})") from e
-        return cls.from_dict(d, source)
+        except RecursionError:
+            raise MalformedCandidate(f"{source}: JSON nested too deeply") from None
+        try:
+            return cls.from_dict(d, source)
+        except MalformedCandidate:
+            raise
+        except (
+            TypeError,
+            ValueError,
+            AttributeError,
+            KeyError,
+            RecursionError,
+        ) as e:  # a value of the wrong type
+            raise MalformedCandidate(f"{source}: malformed spec ({type(e).__name__}: {e})") from None
 
 
 def _check_trace(trace, where: str) -> None:

@@ -153,8 +153,9 @@ def evaluate_ref(
 ) -> Result:
     try:
         spec, digest = read_candidate(ref.path, ref.problem)
-    except MalformedCandidate as e:  # the candidate's own fault: recorded, the run goes on
-        res = Result(ref.problem, ref.sample, backend, candidate=str(ref.path)).failure("parse_error", str(e))
+    except Exception as e:  # noqa: BLE001 -- whatever the file holds is the candidate's fault: recorded
+        why = str(e) if isinstance(e, MalformedCandidate) else f"{ref.path}: {type(e).__name__}: {e}"
+        res = Result(ref.problem, ref.sample, backend, candidate=str(ref.path)).failure("parse_error", why)
         # the bytes that failed to parse: a resumed run skips them until they change
         res.candidate_sha256 = candidate_digest(ref.path) or ""
         res.judge_version = judge_version()
