@@ -151,6 +151,14 @@ class LocalLoaded(Loaded):
 
     def poisoned_kernel_time(self, kernel, args, n_out, repeats):
         import numpy as np
+
+        timer = self.poisoned_timer(kernel, args, n_out, repeats)
+        return float(np.median(timer()))
+
+    def poisoned_timer(self, kernel, args, n_out, repeats: int = 1):
+        """f() -> the seconds of each of `repeats` single calls of `kernel` on `args`, its last `n_out`
+        arguments (its outputs) refilled with the sentinel before every call, outside the timed region."""
+        import numpy as np
         import tvm
 
         from ..executor import sentinel_for
@@ -161,10 +169,10 @@ class LocalLoaded(Loaded):
             for t, fill in zip(call_args[-n_out:], fills, strict=True):
                 t.copyfrom(fill)
 
-        name = f"ekb.poison.{kernel}"
+        name = f"ekb.poison.{kernel}.{id(fills)}"
         tvm.register_global_func(name, poison, override=True)
         f = self.kernels.mod.time_evaluator(kernel, self.device, number=1, repeat=repeats, f_preproc=name)
-        return float(np.median(f(*args).results))
+        return lambda: list(f(*args).results)
 
 
 def resolve_target(profile: BackendProfile) -> dict:

@@ -422,7 +422,7 @@ class TimedCallWrong(Exception):
 
 
 CHECKED_ROUNDS = 3  # rounds before which a timed call is checked, besides the first and the last
-STATELESS_REPEATS, STATELESS_BUDGET_S = 25, 0.25  # the stateless timing: calls per kernel, ~seconds in all
+STATELESS_ROUNDS, STATELESS_BUDGET_S = 15, 0.25  # the stateless timing: rounds, ~seconds in all
 
 
 class TimedChecks:
@@ -543,8 +543,8 @@ def _judge(job, res, runner, problem, oracle, session, baselines, backend, laps,
     laps.mark("timing")
     res.runtime = timings.pop("candidate")
     if checks is not None:  # what its kernels cost with nothing left from an earlier call (harness/api.py)
-        repeats = int(min(STATELESS_REPEATS, max(5, STATELESS_BUDGET_S / max(res.runtime.median, 1e-9))))
-        res.extra["stateless_timing"] = {**runner.stateless(repeats), "repeats": repeats}
+        rounds = int(min(STATELESS_ROUNDS, max(5, STATELESS_BUDGET_S / max(2 * res.runtime.median, 1e-9))))
+        res.extra["stateless_timing"] = runner.stateless(rounds)
         laps.mark("stateless")
     res.baselines = timings
     for n, t in timings.items():

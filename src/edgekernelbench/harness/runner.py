@@ -191,6 +191,43 @@ class Runner:
             k["share"] = k["median"] * k["calls"] / total
         return out
 
+    def stateless(self, inputs, caller, rounds: int) -> dict:
+        """What main costs when no call can reuse what an earlier call left in memory, against what its
+        timed calls cost, side by side: in each of `rounds` rounds, a batch of timed calls (`caller`, the
+        input sets in turn; per call) and every kernel call of main on `inputs` timed alone, its outputs
+        refilled with the sentinel before the call (outside the timed region; the sum). Returns the median
+        of the per-round ratios kernels / timed calls ("ratio": an honest module measures about 1 or less --
+        the kernels alone pay no VM dispatch --, one that keeps outputs of inputs it saw in a pooled buffer
+        far more), the medians of both, and each kernel's."""
+        import statistics
+
+        calls: list = []
+        self.kernels.run("main", self.args(inputs, self.tp_kernels), calls=calls)
+        timers = [self.loaded.poisoned_timer(name, args, n_out) for name, args, n_out in calls]
+        t0 = time.perf_counter()
+        caller.run(1)
+        batch = max(1, min(10_000, int(5e-4 / max(time.perf_counter() - t0, 1e-7))))  # >= ~0.5 ms of calls
+        per_kernel: list[list[float]] = [[] for _ in calls]
+        timed, kernels, ratios = [], [], []
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            caller.run(batch)
+            timed.append((time.perf_counter() - t0) / batch)
+            for times, timer in zip(per_kernel, timers, strict=True):
+                times.append(timer()[0])
+            kernels.append(sum(t[-1] for t in per_kernel))
+            ratios.append(kernels[-1] / timed[-1])
+        return {
+            "ratio": statistics.median(ratios),
+            "seconds": statistics.median(kernels),
+            "timed_s": statistics.median(timed),
+            "rounds": rounds,
+            "kernels": [
+                {"kernel": c[0], "median": statistics.median(t)}
+                for c, t in zip(calls, per_kernel, strict=True)
+            ],
+        }
+
     def poisoned_time(self, inputs, repeats: int = 25) -> dict:
         """Each kernel call of main timed alone, one call per measurement, with its outputs refilled with
         the sentinel before every call (outside the timed region): a kernel that skips work when it finds
@@ -299,11 +336,8 @@ class _Served:
         return {"ok": True, "set": k, **self.position()}, [t.numpy() for t in out]
 
     def stateless(self, req: dict) -> dict:
-        """Every kernel call of main on the first bound input set, each timed alone over `repeats` calls
-        with its outputs overwritten by the sentinel before every call (outside the timed region): what
-        main costs when no call can reuse anything an earlier call left in memory (Runner.poisoned_time)."""
-        out = self.runner.poisoned_time(self.sets[0], int(req.get("repeats", 25)))
-        return {"ok": True, "seconds": out["seconds"], "kernels": out["kernels"]}
+        """Runner.stateless over the bound input sets and timed calls."""
+        return {"ok": True, **self.runner.stateless(self.sets[0], self.timed, int(req.get("rounds", 15)))}
 
     def state(self) -> dict:
         for label, t, value in self.owned:
@@ -612,12 +646,15 @@ class RunnerProxy:
         overwritten with the sentinel drawn from `sentinel`."""
         return self._call({"op": "check", "sentinel": int(sentinel), "set": int(input_set)})[1]
 
-    def stateless(self, repeats: int) -> dict:
-        """The runner's per-kernel timing on poisoned outputs (`_Served.stateless`): {"seconds": the sum over
-        main's kernel calls, "kernels": [...]}. Measured in the candidate's process, so it can only accuse
-        (a runner that reports its kernels slower is judged worse), never acquit."""
-        rep, _ = self._call({"op": "stateless", "repeats": int(repeats)})
-        return {"seconds": float(rep["seconds"]), "kernels": rep.get("kernels") or []}
+    def stateless(self, rounds: int) -> dict:
+        """The runner's stateless timing (Runner.stateless): {"ratio", "seconds", "timed_s", "rounds",
+        "kernels"}. Measured in the candidate's process, so it can only accuse (a runner that reports its
+        kernels slower is judged worse), never acquit."""
+        rep, _ = self._call({"op": "stateless", "rounds": int(rounds)})
+        out = {k: rep.get(k) for k in ("ratio", "seconds", "timed_s", "rounds")}
+        if not all(isinstance(out[k], (int, float)) and out[k] > 0 for k in ("ratio", "seconds", "timed_s")):
+            raise RunnerDied("the candidate's process sent a malformed stateless timing")
+        return {**out, "kernels": rep.get("kernels") if isinstance(rep.get("kernels"), list) else []}
 
     def verify_state(self) -> None:
         """Raises KernelFault("input_mutated") when a constant, weight or bound input of main changed."""
