@@ -33,6 +33,18 @@ from edgekernelbench.store import host_environment
 TIGHT, LOOSE = 0.02, 0.10  # the bars: the median within +-2%, no problem outside +-10%
 
 
+def commit() -> str:
+    import subprocess
+
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        )
+        return out.stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
 def machine() -> dict:
     from edgekernelbench.tvm_env import host_cpu_features, host_cpu_name
 
@@ -108,7 +120,8 @@ def markdown(report: dict) -> str:
         f"The unscheduled reference candidate of each level-{report['level']} problem judged against "
         "tvm-default, which runs the same kernels (TVM's default CPU pipeline schedules nothing), with the "
         "judge's full timing protocol: `python benchmarks/identical_code.py --level "
-        f"{report['level']} --markdown docs/identical_code.md`. Latest run: {report['date']} on "
+        f"{report['level']} --markdown docs/identical_code.md`. Latest run: {report['date']}, commit "
+        f"{report['commit']}, on "
         f"{m['cpu']} (LLVM `{m['llvm_cpu']}`, {', '.join(m['isa'])}), 1 thread; the JSON beside it has "
         "every judgment.",
         "",
@@ -152,6 +165,7 @@ def main() -> int:
     report = {
         "benchmark": "identical_code",
         "date": time.strftime("%Y-%m-%d"),
+        "commit": commit(),
         "level": args.level,
         "machine": machine(),
         "distribution": distribution(rows),

@@ -50,3 +50,65 @@ def test_a_vectorized_kernel_built_for_the_host_runs_here():
     out = tvm.runtime.tensor(np.zeros(1024, "float32"))
     lib["add"](tvm.runtime.tensor(a), tvm.runtime.tensor(a), out)
     np.testing.assert_allclose(out.numpy(), a * a + a)
+
+
+# ------------------------------------------------------------------------------------------ host profiles
+def test_a_host_profile_is_this_machine_as_detected():
+    from edgekernelbench.backends.hostinfo import host_facts, vector_bits_of
+    from edgekernelbench.machine import sysfs_caches
+
+    facts = host_facts()
+    p = get_profile("host-cpu")
+    assert p.vector_bits == vector_bits_of(facts.isa) == facts.vector_bits
+    assert p.caches == (sysfs_caches() or p.caches)
+    detected = p.extra["detected"]
+    assert detected["cpu"] == host_cpu_name() and detected["isa"] == list(facts.isa)
+    assert "LLVM" in detected["vector_bits"] and detected["cores"] >= 1
+
+
+def _has(*features) -> bool:
+    from edgekernelbench.backends.hostinfo import host_facts
+
+    return set(features) <= set(host_facts().isa)
+
+
+@pytest.mark.skipif(not _has("avx2", "fma"), reason="this host has no AVX2: host-avx2 cannot run here")
+def test_the_avx2_code_path_is_built_checked_and_timed_here():
+    """host-avx2 holds the target to AVX2 + FMA (LLVM haswell) on any x86 host that has them: the tests
+    exercise that code path on every such machine, whatever its own ISA."""
+    from edgekernelbench.generators.reference_candidates import rule_spec
+    from edgekernelbench.harness.api import evaluate
+    from edgekernelbench.harness.timing import TimingConfig
+    from edgekernelbench.problems import get_problem
+
+    p = get_profile("host-avx2")
+    assert p.vector_bits == 256 and p.target["mcpu"] == "haswell"
+    problem = get_problem("L1/dense_kws_classifier")
+    r = evaluate(problem.id, rule_spec(problem, p.vector_lanes), p, timing=TimingConfig.quick(), trials=2)
+    assert r.correct and r.runtime is not None, r.detail
+    assert r.backend == "host-avx2" and r.profile_sha256
+
+
+def test_a_profile_whose_isa_this_cpu_lacks_is_one_clear_error(tmp_path):
+    from test_cli import assert_one_line_error, ekb
+
+    from edgekernelbench.backends.hostinfo import ISAUnavailable, missing_features, require_isa
+
+    p = get_profile("host-avx512")
+    assert p.vector_bits == 512
+    if _has("avx512f", "avx512bw", "avx512vnni"):
+        assert missing_features(p) == []
+        require_isa(p)
+        return
+    with pytest.raises(ISAUnavailable, match="cannot run on this CPU"):
+        require_isa(p)
+    (tmp_path / "candidates" / "L1" / "tiny_scale_add").mkdir(parents=True)
+    (tmp_path / "candidates" / "L1" / "tiny_scale_add" / "sample0.py").write_text("x")
+    assert_one_line_error(ekb("eval", tmp_path, "--backend", "host-avx512"), "lacks avx512f")
+
+
+def test_ekb_backends_shows_the_detected_machine():
+    from test_cli import ekb
+
+    p = ekb("backends")
+    assert p.returncode == 0 and "this machine:" in p.stdout and host_cpu_name() in p.stdout, p.stdout

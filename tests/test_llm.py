@@ -76,10 +76,18 @@ SCHEDULE_CODE = """def schedule(name, sch):
 def test_prompt_snapshot():
     from edgekernelbench.tvm_env import host_cpu_name
 
-    prompt = build_prompt(get_problem(TINY), get_profile("host-cpu"), "direct")
+    profile = get_profile("host-cpu")
+    prompt = build_prompt(get_problem(TINY), profile, "direct")
     assert f'"mcpu": "{host_cpu_name()}"' in prompt.user  # the model is told the real CPU
-    # the snapshot holds on any machine: the host's CPU name, and the ISA attributes that make it this host
+    bits = f"{profile.vector_bits} bits ({profile.vector_lanes} float32 lanes)"
+    caches = "caches: " + (", ".join(f"{k} = {v}" for k, v in sorted(profile.caches.items())) or "-")
+    assert bits in prompt.user and caches in prompt.user  # ... its vector width and caches, as detected
+    # the snapshot holds on any machine: the host's CPU name, the ISA attributes that make it this host,
+    # its vector width and caches
     text = re.sub(r'"mattr": \[[^\]]*\], ', "", prompt.user.replace(host_cpu_name(), "HOST_CPU"))
+    text = text.replace(bits, "HOST_BITS bits (HOST_LANES float32 lanes)").replace(
+        caches, "caches: HOST_CACHES"
+    )
     path = SNAPSHOTS / "prompt_direct_tiny_scale_add.txt"
     if os.environ.get("EKB_UPDATE_SNAPSHOTS"):
         path.write_text(text)
@@ -89,7 +97,6 @@ def test_prompt_snapshot():
     for needle in (
         "fused_multiply_add",
         "float32[4, 8]",
-        "512 bits",
         "T.sblock",
         "get_sblock",
         "@I.ir_module",

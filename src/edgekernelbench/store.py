@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import EKBError, RunDirError
+from .machine import cpu_model
 from .records import Result
 
 __all__ = [
@@ -246,21 +247,6 @@ _VERSIONED = {
 }
 
 
-def _cpu_model() -> str:
-    """The CPU's name from /proc/cpuinfo ("model name", or an ARM board's "Hardware" / "Model"), else
-    platform.processor(), else ""."""
-    try:
-        text = Path("/proc/cpuinfo").read_text(errors="replace")
-    except OSError:
-        text = ""
-    for key in ("model name", "Hardware", "Model", "cpu model", "uarch"):
-        for line in text.splitlines():
-            name, sep, value = line.partition(":")
-            if sep and name.strip() == key and value.strip():
-                return value.strip()
-    return platform.processor()
-
-
 def _version(dists: tuple[str, ...]) -> str | None:
     for d in dists:
         try:
@@ -278,7 +264,7 @@ def host_environment() -> dict:
         "host": platform.node(),
         "system": platform.platform(),
         "machine": platform.machine(),
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
         **{name: _version(dists) for name, dists in _VERSIONED.items()},

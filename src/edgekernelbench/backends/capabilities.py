@@ -93,8 +93,13 @@ def local_gpu(profile: BackendProfile) -> tuple[bool, str] | None:
 
 def backend_capabilities(profile: BackendProfile) -> dict:
     """The profile as data plus {"build", "check", "time"}: each {"ok": bool, "detail": str}."""
+    from .hostinfo import missing_features
+
     build_ok, build_detail = probe_build(profile)
     device = local_gpu(profile) if build_ok else None
+    missing = missing_features(profile) if build_ok else []
+    if missing:  # this CPU lacks its ISA: built, but never run here
+        device = (False, f"no: this CPU lacks {', '.join(missing)}")
     if not build_ok:
         check = (False, "no")
     elif device is not None:
@@ -135,6 +140,9 @@ def backend_capabilities(profile: BackendProfile) -> dict:
         "host": profile.host,
         "threads": profile.threads,
         "vector_bits": profile.vector_bits,
+        "caches": profile.caches,
+        # for a host profile: this machine as detected, and where each figure came from (hostinfo.py)
+        "detected": profile.extra.get("detected"),
         "run": profile.run,
         "rpc_key": profile.rpc_key,
         "peak_flops": profile.peak_flops,

@@ -489,10 +489,21 @@ def _time(fma, scale, k: MicroKernels, threads: int, dev, target_dict: dict, sou
     )
 
 
+def target_lanes(target) -> int:
+    """float32 lanes of the widest vectors an LLVM target (a Target or its dict) has
+    (hostinfo.vector_bits_of): the FMA micro-kernel's vectors. Wider ones are legalized into several
+    registers each, and its chains then spill: on an AVX2 host, 16-lane chains measured 25.8 GFLOP/s, a
+    third of the core's peak."""
+    from .hostinfo import target_features, vector_bits_of
+
+    t = target if isinstance(target, dict) else dict(target.export())
+    return vector_bits_of(target_features(t)) // 32
+
+
 def measure_peak(
     target_dict: dict,
     threads: int = 1,
-    lanes: int = 16,
+    lanes: int | None = None,
     mib: int | None = None,
     caches: dict | None = None,
     sysfs: Path = SYSFS_CACHE,
@@ -505,6 +516,7 @@ def measure_peak(
     cpu = target.kind.name == "llvm"
     dev = tvm.cpu(0) if cpu else tvm.device(target.kind.name, 0)
     levels = cache_levels(threads, caches, sysfs) if cpu else []
+    lanes = lanes or (target_lanes(target_dict) if cpu else 16)
     k = _build(target, lanes, mib, threads, levels)
     read = k.read.mod if k.read is not None else None
     peak = _time(k.fma.mod, k.scale.mod, k, threads, dev, target_dict, Peak.source, read)
@@ -512,7 +524,7 @@ def measure_peak(
     return replace(peak, int8_ops=int8) if int8 else peak
 
 
-def peak_contender(target, lanes: int = 16):
+def peak_contender(target, lanes: int | None = None):
     """The FLOP/s micro-kernel of `measure_peak` as a contender of harness.timing's protocol (a callable
     run(number) -> seconds per call) on this machine's CPU, and its FLOPs per call. Timed in the same
     interleaved rounds as a kernel, it gives that kernel's fraction of peak under the conditions the
@@ -525,6 +537,7 @@ def peak_contender(target, lanes: int = 16):
     target = tvm.target.Target(target) if isinstance(target, dict) else target  # a JSON dict or a Target
     if target.kind.name != "llvm":
         raise ValueError(f"peak_contender times on this CPU only, not on {target.kind.name}")
+    lanes = lanes or target_lanes(target)
     func = _fma_kernel(CHAINS, lanes, ITERS).with_attr("global_symbol", "main")
     ex = tvm_compile(tvm.IRModule({"main": func}), target)
     dev = tvm.cpu(0)
@@ -533,7 +546,9 @@ def peak_contender(target, lanes: int = 16):
     return evaluator_timer(ex.mod, "main", dev, [a, x]), 2.0 * CHAINS * lanes * ITERS
 
 
-def measure_peak_remote(profile, tracker: str, lanes: int = 16, mib: int | None = None) -> tuple[Peak, str]:
+def measure_peak_remote(
+    profile, tracker: str, lanes: int | None = None, mib: int | None = None
+) -> tuple[Peak, str]:
     """Measures on a device of the profile's rpc_key behind `tracker`: the kernels are built here for
     the profile's target, exported (cross compiler for a cross target), uploaded and timed there with
     the remote time_evaluator; the cache levels are the profile's `caches` table (the board's sysfs is
@@ -548,6 +563,7 @@ def measure_peak_remote(profile, tracker: str, lanes: int = 16, mib: int | None 
     threads = backend.profile.threads
     target = backend.target()
     levels = profile_cache_levels(backend.profile.caches, threads) if target.kind.name == "llvm" else []
+    lanes = lanes or (target_lanes(resolve_target(backend.profile)) if target.kind.name == "llvm" else 16)
     k = _build(target, lanes, mib, threads, levels)
     session = backend.session()
     remote = session.connect()  # DeviceFailure (an EKBError) when the key has no device
@@ -615,7 +631,9 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--target", required=True, help="TVM target as JSON")
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--lanes", type=int, default=16)
+    ap.add_argument(
+        "--lanes", type=int, help="float32 lanes of the FMA chains (default: the target's widest vectors)"
+    )
     ap.add_argument(
         "--mib", type=int, help="DRAM buffer, each of two (MiB; default: max(64, the last-level cache))"
     )

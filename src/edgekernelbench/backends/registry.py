@@ -7,6 +7,7 @@ from pathlib import Path
 
 from ..errors import UnknownBackend
 from .base import Backend, BackendProfile
+from .hostinfo import resolve_host
 from .profiles import load_profiles
 
 
@@ -25,7 +26,7 @@ def get_profile(
         close = difflib.get_close_matches(name, list(profiles), n=2)
         hint = f" (did you mean {', '.join(close)}?)" if close else ""
         raise UnknownBackend(f"unknown backend '{name}'{hint}; available: {', '.join(profiles)}")
-    return profiles[name].with_threads(threads)
+    return resolve_host(profiles[name].with_threads(threads))
 
 
 def as_profile(backend: str | BackendProfile, threads: int | None = None) -> BackendProfile:

@@ -110,6 +110,9 @@ def agent_cmd(
     if bad:
         raise EKBError(f"unknown method(s) {', '.join(bad)}; methods: {', '.join(METHODS)}")
     (profile,) = _profiles(backend, threads)
+    from ..backends.hostinfo import require_isa
+
+    require_isa(profile)  # candidates for an ISA this CPU lacks would only die of SIGILL
     if not profile.can_time:
         raise EKBError(f"{backend} cannot time anything here: agents need a backend that can (e.g. host-cpu)")
     probs = select(level=level, subset=subset, ids=list(problems) or None)

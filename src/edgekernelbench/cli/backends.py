@@ -42,12 +42,20 @@ def backends_cmd(as_json):
     """The backend profiles (built-in and user TOML) and what each can do on this machine:
     build (TVM target available), check correctness, time."""
     from ..backends.capabilities import backend_capabilities
+    from ..backends.hostinfo import host_facts, resolve_host
     from ..backends.profiles import load_profiles
 
-    rows = [backend_capabilities(prof) for prof in load_profiles().values()]
+    rows = [backend_capabilities(resolve_host(prof)) for prof in load_profiles().values()]
     if as_json:
         click.echo(json.dumps(rows, indent=1))
         return
+    facts = host_facts()
+    caches = ", ".join(f"{k.split('_')[0].upper()} {v} KiB" for k, v in facts.caches.items()) or "unknown"
+    console.print(
+        f"this machine: {facts.model or '?'} (LLVM {facts.cpu}); ISA {', '.join(facts.isa) or 'none'} "
+        f"[{facts.sources['isa']}]; {facts.vector_bits}-bit vectors; caches per core {caches} "
+        f"[{facts.sources['caches']}]; {facts.cores} CPU(s) [{facts.sources['cores']}]"
+    )
     t = Table(title=f"{len(rows)} backends")
     for c, justify in (
         ("name", "left"),
@@ -135,6 +143,9 @@ def peak(backend, threads, profiles_file, mib, tracker):
         from ..backends.gpu import require_device
 
         require_device(profile)  # a local GPU that is not here: one clear line
+        from ..backends.hostinfo import require_isa
+
+        require_isa(profile)
         with console.status(f"measuring {name} ({profile.threads} thread(s))"):
             result = measure_peak_isolated(profile, profile.threads, mib)
         if not result:

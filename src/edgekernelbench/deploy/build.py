@@ -84,6 +84,15 @@ class Deployment:
         return [(k["name"], why) for k in self.manifest["kernels"] for why in k["fallbacks"]]
 
 
+def io_entry(name: str, shape: list, dtype: str, renaming) -> dict:
+    """A manifest's input or output: its name in the artifact and, when the model named it otherwise
+    (an exporter's name made an identifier), the model's own name."""
+    entry = {"name": name, "shape": shape, "dtype": dtype}
+    if renaming.name(name) != name:
+        entry["onnx_name"] = renaming.name(name)
+    return entry
+
+
 def tvm_versions() -> dict:
     import tvm
     import tvm_ffi
@@ -347,9 +356,10 @@ def deploy(
             "atol": problem.atol,
             "rtol": problem.rtol,
         },
-        "inputs": [{"name": s.name, "shape": list(s.shape), "dtype": s.dtype} for s in input_specs],
+        # "name": the artifact's (an identifier: problems/names.py); "onnx_name": the model's own, when other
+        "inputs": [io_entry(s.name, list(s.shape), s.dtype, problem.renaming) for s in input_specs],
         "outputs": [
-            {"name": n, "shape": shape, "dtype": dtype}
+            io_entry(n, shape, dtype, problem.renaming)
             for n, (shape, dtype) in zip(out_names, outputs, strict=True)
         ],
         "backend": {

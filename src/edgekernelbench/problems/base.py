@@ -13,6 +13,7 @@ import numpy as np
 import onnx
 
 from .graph import GraphBuilder, InputSpec
+from .names import Renaming, as_reference_takes
 
 GRAPH_FILE, INPUTS_FILE = "problem.onnx", "problem_inputs.json"  # a problem's graph handed to a worker
 LEVEL_NAMES = {1: "single operators", 2: "fused subgraphs", 3: "compact models"}
@@ -58,22 +59,33 @@ class Problem:
         return self.id.split("/", 1)[1]
 
     @functools.cached_property
-    def _built(self) -> tuple[onnx.ModelProto, tuple[InputSpec, ...]]:
+    def _built(self) -> tuple[onnx.ModelProto, tuple[InputSpec, ...], Renaming]:
         g = GraphBuilder(self.name, seed=self.seed)
         made = self.graph(g)  # adds nodes to g, or returns a finished model (e.g. a user's ONNX file)
         model = made if isinstance(made, onnx.ModelProto) else g.build()
+        model, renaming = as_reference_takes(model)  # an exporter's habits undone (problems/names.py)
         onnx.checker.check_model(model, full_check=True)
-        return model, tuple(g.specs) if g.specs else specs_from_model(model)
+        return model, tuple(g.specs) if g.specs else specs_from_model(model), renaming
 
     @property
     def model(self) -> onnx.ModelProto:
+        """The problem's ONNX graph, every name an identifier (problems/names.py)."""
         return self._built[0]
+
+    @property
+    def renaming(self) -> Renaming:
+        """The model's own names of the values and nodes `model` renamed (problems/names.py)."""
+        return self._built[2]
 
     def export_graph(self, directory: Path) -> None:
         """Writes the built graph and its input distributions into `directory`, for `adopt_graph`."""
-        model, inputs = self._built
+        model, inputs, renaming = self._built
         Path(directory, GRAPH_FILE).write_bytes(model.SerializeToString())
-        Path(directory, INPUTS_FILE).write_text(json.dumps([dataclasses.asdict(s) for s in inputs]))
+        Path(directory, INPUTS_FILE).write_text(
+            json.dumps(
+                {"inputs": [dataclasses.asdict(s) for s in inputs], "original_names": renaming.original}
+            )
+        )
 
     def adopt_graph(self, directory: Path) -> bool:
         """Takes the graph `export_graph` wrote instead of building it (a worker takes its parent's:
@@ -82,9 +94,10 @@ class Problem:
         model_path = Path(directory, GRAPH_FILE)
         if "_built" in self.__dict__ or not model_path.is_file():
             return False
-        specs = json.loads(Path(directory, INPUTS_FILE).read_text())
-        inputs = tuple(InputSpec(**{**d, "shape": tuple(d["shape"])}) for d in specs)
-        self.__dict__["_built"] = (onnx.load_model_from_string(model_path.read_bytes()), inputs)
+        data = json.loads(Path(directory, INPUTS_FILE).read_text())
+        inputs = tuple(InputSpec(**{**d, "shape": tuple(d["shape"])}) for d in data["inputs"])
+        model = onnx.load_model_from_string(model_path.read_bytes())
+        self.__dict__["_built"] = (model, inputs, Renaming(dict(data.get("original_names") or {})))
         return True
 
     @property

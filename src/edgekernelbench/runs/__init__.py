@@ -185,9 +185,11 @@ def preflight(backends: list[str], cfg: EvalConfig) -> None:
     """What would stop a backend midway, checked for all of them before any is run: a local GPU
     profile without its device (one clear error instead of a run that stops after the first backends)."""
     from ..backends.gpu import require_device
+    from ..backends.hostinfo import require_isa
 
     for backend in backends:
         require_device(cfg.profile(backend), cfg.tracker)
+        require_isa(cfg.profile(backend))
 
 
 def device_plan(backend: str, cfg: EvalConfig) -> tuple[str | None, int]:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ..backends.base import BackendProfile
 from ..backends.gpu import require_device
+from ..backends.hostinfo import require_isa
 from ..errors import EKBError
 from ..generators.reference_candidates import gpu_default_spec, reference_spec
 from ..harness.api import evaluate, time_floors
@@ -59,6 +60,7 @@ def measurable(backend: str | BackendProfile, threads: int = 1, tracker: str | N
     on_device, _ = remote_plan(prof, tracker)  # the tracker's address when the profile runs on a device
     if not on_device:
         require_device(prof)  # a local GPU that is not here: one clear error
+        require_isa(prof)  # an ISA this CPU lacks: the same
         if not prof.can_time:
             raise EKBError(
                 f"{prof.name} cannot time anything here (run = {prof.run}): baselines need a local device, "

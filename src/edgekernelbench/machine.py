@@ -1,0 +1,44 @@
+"""What this machine is, as the OS says: its CPU's name and its caches. No TVM here (the run store records
+the machine without importing it); LLVM's view of the CPU and its ISA is backends/hostinfo.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+SYSFS_CPU = Path("/sys/devices/system/cpu/cpu0/cache")
+
+
+def sysfs_caches(root: Path = SYSFS_CPU) -> dict:
+    """{"l1d_kib", "l2_kib", "l3_kib"} of CPU 0 from Linux sysfs (per core; lscpu sums over cores); {} where
+    it says nothing."""
+    out = {}
+    for index in sorted(root.glob("index*")):
+        try:
+            level = int((index / "level").read_text())
+            kind = (index / "type").read_text().strip()
+            size = (index / "size").read_text().strip()
+        except (OSError, ValueError):
+            continue
+        if kind == "Instruction" or not size:
+            continue
+        scale = {"K": 1, "M": 1024, "G": 1024 * 1024}.get(size[-1].upper())
+        kib = int(size[:-1]) * scale if scale else int(size) // 1024
+        out[f"l{level}{'d' if level == 1 else ''}_kib"] = kib
+    return out
+
+
+def cpu_model() -> str:
+    """The CPU's name from /proc/cpuinfo ("model name", or an ARM board's "Hardware" / "Model"), else
+    platform.processor(), else ""."""
+    import platform
+
+    try:
+        text = Path("/proc/cpuinfo").read_text(errors="replace")
+    except OSError:
+        text = ""
+    for key in ("model name", "Hardware", "Model", "cpu model", "uarch"):
+        for line in text.splitlines():
+            name, sep, value = line.partition(":")
+            if sep and name.strip() == key and value.strip():
+                return value.strip()
+    return platform.processor()
