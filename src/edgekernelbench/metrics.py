@@ -293,8 +293,8 @@ def implausible(seconds: float, bound: float | None) -> bool:
 
 # A candidate whose kernels, each timed alone on outputs overwritten before every call (so nothing an
 # earlier call left in memory can be reused), take more than this many times its time through the VM is
-# reusing such memory: implausible (harness/api.py check_plausible). Honest candidates of the suite measure
-# a ratio of 0.2-1.2 (per-kernel timing has no VM dispatch; in sequence, a kernel finds its inputs in cache).
+# reusing such memory: implausible (harness/api.py check_plausible). The suite's 192 reference and rule-based
+# candidates measure 0.05-1.18 (per-kernel timing has no VM dispatch), the red team's caches 30-2500.
 STATE_FACTOR = 1.5
 
 

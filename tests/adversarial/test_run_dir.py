@@ -278,8 +278,11 @@ def test_a_run_dir_profile_cannot_replace_a_builtin(tmp_path, capsys):
     assert overridden.peak_flops == 1e30
     with RunStore(tmp_path) as store:
         (r,) = store.results()
-    assert r.profile_sha256 == profile_digest(overridden.with_threads(1))  # what it was judged on
-    assert r.profile_sha256 != profile_digest(load_profiles()["host-cpu"].with_threads(1))
+    from edgekernelbench.backends.hostinfo import resolve_host
+
+    # what it was judged on: the run directory's profile, resolved against this machine (hostinfo.py)
+    assert r.profile_sha256 == profile_digest(resolve_host(overridden.with_threads(1)))
+    assert r.profile_sha256 != profile_digest(resolve_host(load_profiles()["host-cpu"].with_threads(1)))
 
 
 def test_a_run_dir_profile_with_a_new_name_works(tmp_path, capsys):

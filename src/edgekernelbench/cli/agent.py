@@ -32,6 +32,11 @@ from .common import _profiles, console
     "--wall", type=float, default=1800.0, show_default=True, help="Wall-clock cap per problem and method (s)."
 )
 @click.option("--subset", default=None, help="A named subset of problems (agent).")
+@click.option(
+    "--suite",
+    type=click.Choice(["suite", "zoo", "user"]),
+    help="Only this suite's problems (zoo: the held-out models, problems/zoo.py). Default: all but the zoo.",
+)
 @click.option("--level", type=int, default=None)
 @click.option("--problem", "problems", multiple=True, help="Only these problems (repeatable).")
 @click.option("--backend", default="host-cpu", show_default=True)
@@ -74,6 +79,7 @@ from .common import _profiles, console
 @click.option("--no-cache", is_flag=True, help="Call the model again even for cached answers.")
 def agent_cmd(
     run_dir,
+    suite,
     methods,
     model,
     budget,
@@ -115,7 +121,7 @@ def agent_cmd(
     require_isa(profile)  # candidates for an ISA this CPU lacks would only die of SIGILL
     if not profile.can_time:
         raise EKBError(f"{backend} cannot time anything here: agents need a backend that can (e.g. host-cpu)")
-    probs = select(level=level, subset=subset, ids=list(problems) or None)
+    probs = select(level=level, subset=subset, ids=list(problems) or None, suite=suite)
     if not probs:
         raise EKBError("no problems selected")
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -11,7 +11,7 @@ from .common import _llm_options, _profiles, _progress, console
 
 
 # ------------------------------------------------------------------------------------------ generate
-def _generate(model, run_dir, level, problems, backend, **llm_opts):
+def _generate(model, run_dir, level, problems, backend, suite=None, **llm_opts):
     """Writes candidates: the built-in ones, or an LLM's (llm_opts: the _llm_options of the command).
     `backend`: a --backend value (one name), or the BackendProfile the command resolved already."""
     from ..backends.base import BackendProfile
@@ -23,7 +23,7 @@ def _generate(model, run_dir, level, problems, backend, **llm_opts):
         if len(profiles) != 1:
             raise EKBError("--backend takes one backend for `ekb generate`")
         profile = profiles[0]
-    probs = select(level=level, ids=list(problems) or None)
+    probs = select(level=level, ids=list(problems) or None, suite=suite)
     if model != "builtin":
         return _generate_llm(model, run_dir, probs, profile, **llm_opts)
     from ..generators.reference_candidates import write_reference_candidates
@@ -104,8 +104,13 @@ def _generate_llm(
     "openai:MODEL, anthropic:MODEL, openai-compatible:http://HOST:PORT/v1:MODEL, replay:RESPONSES.jsonl.",
 )
 @click.option("--out", "run_dir", type=click.Path(path_type=Path), required=True, help="Run directory.")
-@click.option("--level", type=int, default=1, show_default=True)
+@click.option("--level", type=int, help="Only this level [1, unless --suite or --problem].")
 @click.option("--problem", "problems", multiple=True, help="Only these problems (repeatable).")
+@click.option(
+    "--suite",
+    type=click.Choice(["suite", "zoo", "user"]),
+    help="Only this suite's problems (zoo: the held-out models, problems/zoo.py).",
+)
 @click.option(
     "--backend",
     help="Generate for this backend: its vector width and thread count steer the rules; for a GPU "
@@ -119,9 +124,11 @@ def _generate_llm(
     help="LLM output: a full TVMScript module (direct) or schedule(name, sch) code (schedule).",
 )
 @_llm_options
-def generate(model, run_dir, level, problems, backend, **opts):
+def generate(model, run_dir, level, problems, suite, backend, **opts):
     """Write candidate files into a run directory (LLM generation resumes: existing samples are skipped)."""
-    _generate(model, run_dir, level, problems, backend, **opts)
+    if level is None and not suite and not problems:
+        level = 1
+    _generate(model, run_dir, level, problems, backend, suite=suite, **opts)
 
 
 def _write_gpu_candidates(problem, run_dir: Path, profile) -> list[Path]:

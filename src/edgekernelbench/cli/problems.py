@@ -19,13 +19,19 @@ from .common import console, err_console
 @click.option("--domain", help="Only this domain (vision, kws, wakeword, anomaly, nlp, sensors, audio).")
 @click.option("--category", help="Only this operator class or block kind.")
 @click.option("--tag", help="Only problems with this tag.")
+@click.option(
+    "--suite",
+    type=click.Choice(["suite", "zoo", "user"]),
+    help="Only this suite's problems: the built-in suite, the held-out zoo, or your own (ekb add-model). "
+    "Default: all but the zoo.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-def list_cmd(level, domain, category, tag, as_json):
+def list_cmd(level, domain, category, tag, suite, as_json):
     """List the problems of the suite."""
     from ..problems import select
     from ..problems.registry import tags_of
 
-    probs = select(level=level, domain=domain, tag=tag, category=category)
+    probs = select(level=level, domain=domain, tag=tag, category=category, suite=suite)
     if as_json:
         click.echo(
             json.dumps(

@@ -251,15 +251,17 @@ def _start_runners(job: Job, backend, session, reference, problem, res: Result, 
     return proxies
 
 
-def _graph_dir(problem) -> str:
-    """Where a spawned runner finds the problem's graph as this judge has it: written into the judge's job
-    directory (its temporary directory) the first time one is asked for."""
-    from ..problems.base import GRAPH_FILE
+_GRAPH_DIRS: dict[str, str] = {}
 
-    where = Path(tempfile.gettempdir())
-    if not (where / GRAPH_FILE).is_file():
-        problem.export_graph(where)
-    return str(where)
+
+def _graph_dir(problem) -> str:
+    """Where a spawned runner finds the problem's graph as this judge has it: written once per process into
+    a directory of its own under the temporary directory (a judge's: its job directory)."""
+    if problem.id not in _GRAPH_DIRS:
+        where = tempfile.mkdtemp(prefix="ekb-graph-")
+        problem.export_graph(Path(where))
+        _GRAPH_DIRS[problem.id] = where
+    return _GRAPH_DIRS[problem.id]
 
 
 def _run_job(job: Job, state: dict, module_source=None) -> Result:

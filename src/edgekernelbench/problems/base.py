@@ -53,6 +53,9 @@ class Problem:
     rtol: float = 1e-4
     tags: tuple[str, ...] = ()
     description: str = ""
+    # which suite it belongs to: "suite" (the built-in one, where the search is developed), "zoo" (held out:
+    # problems/zoo.py, measured at the end, never in a level's default selection) or "user" (ekb add-model)
+    suite: str = "suite"
 
     @property
     def name(self) -> str:

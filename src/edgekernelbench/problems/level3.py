@@ -595,16 +595,25 @@ CALIBRATION_SAMPLES = 16
 CALIBRATION_SEED = 0xCA11
 
 
-def _run(model: str, rng: np.random.Generator, feature_stats=None, ranges=None) -> tuple[Net, dict]:
+def _builder(model) -> Callable[[Net], None]:
+    """A model's writer: one of MODELS by name, or the writer itself (the zoo's, problems/zoo.py)."""
+    return model if callable(model) else MODELS[model]
+
+
+def _model_name(model) -> str:
+    return model if isinstance(model, str) else model.__name__
+
+
+def _run(model, rng: np.random.Generator, feature_stats=None, ranges=None) -> tuple[Net, dict]:
     """Builds the model (float32, or int8 with `ranges`) with a copy of `rng` (the weights of the
     graph being built) and runs it in ONNX Runtime on CALIBRATION_SAMPLES inputs; returns the writer
     and, for each of its probes and feature probes, the list of values."""
     from ..onnxrt import ort_session
 
-    fg = GraphBuilder(f"{model}_calibration")
+    fg = GraphBuilder(f"{_model_name(model)}_calibration")
     fg.rng = copy.deepcopy(rng)
     net = Net(fg, ranges, feature_stats)
-    MODELS[model](net)
+    _builder(model)(net)
     probes = list(dict.fromkeys(net.probes + net.feature_probes))
     graph_inputs = {s.name for s in fg.specs}
     outputs = {o.name for o in fg.outputs}
@@ -627,17 +636,15 @@ def _round_array(a: np.ndarray) -> np.ndarray:
     return np.array([_round_sig(float(v)) for v in a.ravel()], dtype="float32").reshape(a.shape)
 
 
-def feature_stats(
-    model: str, rng: np.random.Generator, ranges=None
-) -> list[tuple[np.ndarray, np.ndarray]] | None:
+def feature_stats(model, rng: np.random.Generator, ranges=None) -> list[tuple[np.ndarray, np.ndarray]] | None:
     """Per-feature mean and spread at the input of each standardized classifier head (None: the
     model has none) of the float model, or of the int8 model with `ranges` (whose features carry
     the quantization error of every layer before: its head is standardized on them), rounded to 3
     significant digits so that the weights do not depend on the last bits of a float computation."""
-    fg = GraphBuilder(f"{model}_heads")
+    fg = GraphBuilder(f"{_model_name(model)}_heads")
     fg.rng = copy.deepcopy(rng)
     probe = Net(fg)
-    MODELS[model](probe)
+    _builder(model)(probe)
     if not probe.feature_probes:
         return None
     net, values = _run(model, rng, ranges=ranges)
@@ -651,7 +658,7 @@ def feature_stats(
     return stats
 
 
-def calibrate(model: str, rng: np.random.Generator, stats=None) -> list[tuple[float, float]]:
+def calibrate(model, rng: np.random.Generator, stats=None) -> list[tuple[float, float]]:
     """(min, max) of every activation the int8 graph quantizes, over CALIBRATION_SAMPLES inputs of the
     float model with the same weights (built from a copy of `rng`), rounded to 3 significant digits."""
     net, values = _run(model, rng, stats)
@@ -664,19 +671,19 @@ def calibrate(model: str, rng: np.random.Generator, stats=None) -> list[tuple[fl
     ]
 
 
-def _float_graph(model: str):
+def _float_graph(model):
     def graph(g: GraphBuilder):
-        MODELS[model](Net(g, feature_stats=feature_stats(model, g.rng)))
+        _builder(model)(Net(g, feature_stats=feature_stats(model, g.rng)))
 
     return graph
 
 
-def _int8_graph(model: str):
+def _int8_graph(model):
     def graph(g: GraphBuilder):
         # activation ranges from the float model; then the head, standardized on the int8 features
         ranges = calibrate(model, g.rng, feature_stats(model, g.rng))
         net = Net(g, ranges, feature_stats(model, g.rng, ranges))
-        MODELS[model](net)
+        _builder(model)(net)
         assert len(net.probes) == len(ranges)
 
     return graph

@@ -20,7 +20,7 @@ def _load_builtin() -> None:
     global _LOADED
     if not _LOADED:
         _LOADED = True
-        from . import level1, level2, level3  # noqa: F401  (register on import)
+        from . import level1, level2, level3, zoo  # noqa: F401  (register on import)
         from .user import load_user_problems
 
         for p in load_user_problems():
@@ -63,6 +63,9 @@ def tags_of(p: Problem) -> tuple[str, ...]:
     return (*p.tags, *(name for name, members in SUBSETS.items() if p.id in members and name not in p.tags))
 
 
+SUITES = ("suite", "zoo", "user")
+
+
 def select(
     level: int | None = None,
     domain: str | None = None,
@@ -70,10 +73,14 @@ def select(
     category: str | None = None,
     ids: list[str] | None = None,
     subset: str | None = None,
+    suite: str | None = None,
 ) -> list[Problem]:
     """Problems by id, or those matching every filter given; `subset` names a fixed list (problems/subsets.py:
-    "agent"), in that list's order."""
-    pool = all_problems()
+    "agent"), in that list's order. `suite`: only that suite's problems (SUITES); None: every problem but the
+    held-out zoo's (problems/zoo.py), which only `suite="zoo"` (or its ids) selects."""
+    if suite is not None and suite not in SUITES:
+        raise UnknownProblem(f"unknown suite '{suite}' (suites: {', '.join(SUITES)})")
+    pool = [p for p in all_problems() if (p.suite == suite if suite else p.suite != "zoo")]
     if subset is not None:
         from .subsets import SUBSETS
 

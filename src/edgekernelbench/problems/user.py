@@ -125,6 +125,7 @@ def user_problem(pid, level, domain, source, atol, rtol, model_or_path) -> Probl
         atol=atol,
         rtol=rtol,
         tags=("user",),
+        suite="user",
     )
 
 
