@@ -208,7 +208,58 @@ def main() -> int:
         )
         print(json.dumps({"ekb_baseline_L1_s": report["ekb_baseline_L1_s"]}), flush=True)
     (args.out / "harness_overhead.json").write_text(json.dumps(report, indent=1))
+    if args.against:
+        record_result(report, args)
     return 0
+
+
+def record_result(report: dict, args) -> None:
+    """results/judge_overhead.json (benchmarks/results_io.py): this problem's new/old figures, beside those
+    of the other problems measured before (one entry per problem)."""
+    from results_io import RESULTS, machine, write
+
+    path = RESULTS / "judge_overhead.json"
+    entries = json.loads(path.read_text()).get("problems", {}) if path.exists() else {}
+    entries[args.problem] = {
+        "against": args.against,
+        "reps": args.reps,
+        **{k: report[k] for k in report if k.startswith(("new_over_old", "evaluate_", "old_evaluate_"))},
+    }
+    figure = "; ".join(
+        f"{pid}: {e['new_over_old_correctness_only']['median']:.2f}x correctness only, "
+        f"{e['new_over_old_full']['median']:.2f}x with timing"
+        for pid, e in sorted(entries.items())
+    )
+    rows = [
+        [pid, e["against"], e["reps"], f"{e['old_evaluate_full_s']['median']:.2f}", f"{e['evaluate_full_s']['median']:.2f}",
+         f"{e['new_over_old_full']['median']:.2f}x", f"{e['new_over_old_correctness_only']['median']:.2f}x"]
+        for pid, e in sorted(entries.items())
+    ]  # fmt: skip
+    write(
+        "judge_overhead",
+        {
+            "title": "What one judgment costs",
+            "about": "The reference candidate of a problem judged by evaluate() (sandboxed builder and judge, "
+            "5 correctness trials, then the timing protocol against tvm-default and ONNX Runtime), by this "
+            "checkout and by an older commit's, alternating in one run.",
+            "headline": {"what": "one judgment's cost, this judge / an older one", "figure": figure},
+            "machine": machine(),
+            "protocol": f"median of {args.reps} judgments each, alternating the two versions",
+            "problems": entries,
+            "table": {
+                "columns": [
+                    "problem",
+                    "against",
+                    "reps",
+                    "older s",
+                    "this s",
+                    "this/older",
+                    "correctness only",
+                ],
+                "rows": rows,
+            },
+        },
+    )
 
 
 if __name__ == "__main__":

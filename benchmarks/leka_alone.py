@@ -105,6 +105,11 @@ def main(argv=None) -> int:
     ap.add_argument("run_dir", type=Path)
     ap.add_argument("--method", default="leka", choices=sorted(METHOD_SAMPLES))
     ap.add_argument("--rows", action="store_true", help="print the per-problem table")
+    ap.add_argument(
+        "--results",
+        metavar="NAME",
+        help="also write results/NAME.json (benchmarks/results_io.py), e.g. suite_l3_leka",
+    )
     args = ap.parse_args(argv)
     if not (args.run_dir / DB_NAME).exists():
         print(f"error: {args.run_dir} is not a run directory (no {DB_NAME})", file=sys.stderr)
@@ -114,7 +119,54 @@ def main(argv=None) -> int:
         print(f"error: no {args.method} runs in {args.run_dir}", file=sys.stderr)
         return 2
     print("\n".join([*(table(rs) + [""] if args.rows else []), *summary(rs)]))
+    if args.results:
+        record(args.results, args.run_dir, args.method, rs)
     return 0
+
+
+def record(name: str, run_dir: Path, method: str, rs: list[dict]) -> None:
+    from results_io import machine, write
+
+    n, fast = len(rs), sum(r["verdict"] == "fast" for r in rs)
+    ties = sum(r["verdict"] == "tie" for r in rs)
+    g = geomean(r["vs_ort"] for r in rs)
+    write(
+        name,
+        {
+            "title": f"{method} on {', '.join(sorted({r['problem'].split('/')[0] for r in rs}))} vs ONNX Runtime",
+            "about": f"The final candidates of an `ekb agent --methods {method}` run ({run_dir.name}), read from "
+            "its store: each one's paired speedup over ONNX Runtime and tvm-default from the final judgment.",
+            "headline": {
+                "what": f"{method} on {n} problems ({rs[0]['problem'].split('/')[0]}) vs ONNX Runtime",
+                "figure": f"{sum(r['correct'] for r in rs)}/{n} correct, faster on {fast} ({ties} ties), "
+                f"geomean {fmt(g)}",
+            },
+            "machine": machine(),
+            "protocol": "budget 32, --quick search protocol, --no-reuse; final judgment with the full protocol",
+            "table": {
+                "columns": [
+                    "problem",
+                    "vs tvm-default",
+                    "vs ONNX Runtime [95%]",
+                    "candidate us",
+                    "ORT us",
+                    "verdict",
+                ],
+                "rows": [
+                    [
+                        r["problem"],
+                        fmt(r["vs_tvm_default"]),
+                        fmt(r["vs_ort"]) + (f" [{r['ci'][0]:.2f}, {r['ci'][1]:.2f}]" if r["ci"] else ""),
+                        fmt(r["us"], ".0f", ""),
+                        fmt(r["ort_us"], ".0f", ""),
+                        r["verdict"] or "not correct",
+                    ]
+                    for r in rs
+                ],
+            },
+            "rows": rs,
+        },
+    )
 
 
 if __name__ == "__main__":

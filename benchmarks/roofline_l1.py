@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from edgekernelbench import metrics
+from edgekernelbench.harness.api import JudgeConfig
 from edgekernelbench.harness.timing import TimingConfig
 from edgekernelbench.problems import get_problem, select
 from edgekernelbench.runs import EvalConfig, eval_run
@@ -52,7 +53,7 @@ def main(argv: list[str]) -> int:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(rule_spec(p).to_json() + "\n")
     t0 = time.perf_counter()
-    counts = eval_run(args.run_dir, EvalConfig(timing=TIMING, baselines=(), trials=2), [p.id for p in probs])
+    counts = eval_run(args.run_dir, EvalConfig(judge=JudgeConfig(timing=TIMING, baselines=(), trials=2)), [p.id for p in probs])
     print(f"{counts} in {time.perf_counter() - t0:.0f} s")
 
     with RunStore(args.run_dir) as store:

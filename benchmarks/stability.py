@@ -33,6 +33,7 @@ from pathlib import Path
 
 from edgekernelbench import metrics
 from edgekernelbench.generators.reference_candidates import write_reference_candidates
+from edgekernelbench.harness.api import JudgeConfig
 from edgekernelbench.harness.timing import TimingConfig
 from edgekernelbench.problems import select
 from edgekernelbench.records import Result
@@ -167,7 +168,7 @@ def main(argv: list[str]) -> int:
         k: v for k, v in (("rounds", args.rounds), ("min_repeat_ms", args.min_repeat_ms)) if v is not None
     }
     timing = TimingConfig(**{**timing.__dict__, **over})
-    cfg = EvalConfig(timing=timing)
+    cfg = EvalConfig(judge=JudgeConfig(timing=timing))
     problems = select(level=args.level, ids=args.problem or None)
     ids = [p.id for p in problems]
     seconds: list[float] = []

@@ -1,14 +1,12 @@
 """LEKA on the held-out zoo (problems/zoo.py) against ONNX Runtime: the figure the search is not tuned on.
 
     .venv/bin/python benchmarks/zoo.py --out runs/zoo [--budget 32] [--backend host-cpu]
-        [--json docs/results/zoo.json] [--markdown docs/zoo.md]
 
 Runs `ekb agent --methods leka --budget N --quick --no-reuse --suite zoo` (host CPU, 1 thread, offline;
 resumable: a finished run is only read again), then reads its store (benchmarks/leka_alone.py): per model,
 correct, LEKA's time and ONNX Runtime's with the paired 95% interval, the speedups, the judgments used.
 Then the bars of issue 48: Correct@1 100%, faster than ONNX Runtime (whole interval above 1) on at least
-60% of the zoo, geomean at least 1.0. Writes the JSON (with the machine, its ISA and the commit) and the
-Markdown page.
+60% of the zoo, geomean at least 1.0. Writes results/zoo.json (benchmarks/results_io.py).
 """
 
 from __future__ import annotations
@@ -23,34 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 from leka_alone import geomean, rows  # noqa: E402
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def machine(backend: str) -> dict:
-    from edgekernelbench.backends.hostinfo import host_facts
-    from edgekernelbench.backends.registry import get_profile
-
-    facts = host_facts()
-    profile = get_profile(backend)
-    return {
-        "cpu": facts.model,
-        "llvm_cpu": facts.cpu,
-        "isa": list(facts.isa),
-        "backend": backend,
-        "target": profile.target,
-        "vector_bits": profile.vector_bits,
-    }
-
-
-def commit() -> str:
-    try:
-        out = subprocess.run(
-            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-        )
-        return out.stdout.strip() or "unknown"
-    except OSError:
-        return "unknown"
+from results_io import machine, write  # noqa: E402
 
 
 def bars(rs: list[dict]) -> dict:
@@ -74,42 +45,6 @@ def bars(rs: list[dict]) -> dict:
     }
 
 
-def markdown(report: dict) -> str:
-    m, b = report["machine"], report["bars"]
-    lines = [
-        "# LEKA on the held-out zoo",
-        "",
-        f"`python benchmarks/zoo.py --out RUN --budget {report['budget']} --markdown docs/zoo.md`: LEKA "
-        f"(offline proposer, budget {report['budget']}, search protocol `--quick`, no kernel database) on the "
-        f"{b['models']} models of problems/zoo.py, which the search was not developed on. Latest run: "
-        f"{report['date']}, commit {report['commit']}, {m['cpu']} (LLVM `{m['llvm_cpu']}`, "
-        f"{', '.join(m['isa'])}), backend {m['backend']} ({m['vector_bits']}-bit vectors), 1 thread.",
-        "",
-        f"- correct: {b['correct']} of {b['models']}; faster than ONNX Runtime (95% interval above 1): "
-        f"{b['faster_than_ort']} ({b['ties']} ties); geomean vs ONNX Runtime "
-        f"{(b['geomean_vs_ort'] or 0):.2f}x, vs tvm-default {(b['geomean_vs_tvm_default'] or 0):.2f}x",
-        f"- bars (issue 48): Correct@1 100% {'met' if b['met']['correct_100pct'] else 'NOT met'}; faster on "
-        f">= 60% {'met' if b['met']['faster_on_60pct'] else 'NOT met'}; geomean >= 1.0 "
-        f"{'met' if b['met']['geomean_at_least_1'] else 'NOT met'}",
-        "",
-        "| model | correct | LEKA us | ONNX Runtime us | vs ONNX Runtime [95%] | vs tvm-default | judgments |",
-        "|---|---|---:|---:|---|---:|---:|",
-    ]
-    for r in report["rows"]:
-        ci = r["ci"] or [None, None]
-        vs = f"{r['vs_ort']:.2f}x [{ci[0]:.2f}, {ci[1]:.2f}]" if r["vs_ort"] and ci[0] else "-"
-        lines.append(
-            f"| {r['problem']} | {'yes' if r['correct'] else 'no'} | "
-            + (f"{r['us']:.0f}" if r["us"] else "-")
-            + " | "
-            + (f"{r['ort_us']:.0f}" if r["ort_us"] else "-")
-            + f" | {vs} | "
-            + (f"{r['vs_tvm_default']:.2f}x" if r["vs_tvm_default"] else "-")
-            + f" | {r['trials']} |"
-        )
-    return "\n".join(lines) + "\n"
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
@@ -117,8 +52,7 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--budget", type=int, default=32)
     ap.add_argument("--backend", default="host-cpu")
-    ap.add_argument("--json", type=Path, help="write the report here")
-    ap.add_argument("--markdown", type=Path, help="write the page here")
+    ap.add_argument("--results", type=Path, help="write the report here [results/zoo.json]")
     args = ap.parse_args(argv)
     cmd = [
         sys.executable, "-m", "edgekernelbench.cli", "agent", "--methods", "leka", "--budget", str(args.budget),
@@ -128,22 +62,54 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True)
     rs = rows(args.out, "leka")
-    report = {
-        "benchmark": "zoo",
-        "date": time.strftime("%Y-%m-%d"),
-        "commit": commit(),
-        "budget": args.budget,
-        "wall_s": round(time.perf_counter() - t0, 1),
-        "machine": machine(args.backend),
-        "bars": bars(rs),
-        "rows": rs,
-    }
-    print(json.dumps(report["bars"], indent=1))
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report, indent=1) + "\n")
-    if args.markdown:
-        args.markdown.write_text(markdown(report))
+    b = bars(rs)
+    path = write(
+        "zoo",
+        {
+            "title": "LEKA on the held-out zoo",
+            "about": f"LEKA (offline proposer, budget {args.budget}, the search's short protocol, no kernel "
+            f"database) on the {b['models']} models of problems/zoo.py, which the search was not developed on, "
+            "against ONNX Runtime (all graph optimizations, same thread count).",
+            "headline": {
+                "what": f"LEKA on the zoo ({b['models']} held-out models) vs ONNX Runtime",
+                "figure": f"{b['correct']}/{b['models']} correct, faster on {b['faster_than_ort']} "
+                f"({b['ties']} ties), geomean {(b['geomean_vs_ort'] or 0):.2f}x",
+            },
+            "machine": machine(args.backend),
+            "protocol": f"budget {args.budget}, search protocol --quick; final judgment with the full protocol",
+            "wall_s": round(time.perf_counter() - t0, 1),
+            "bars": b,
+            "table": {
+                "columns": [
+                    "model",
+                    "correct",
+                    "LEKA us",
+                    "ONNX Runtime us",
+                    "vs ONNX Runtime [95%]",
+                    "vs tvm-default",
+                    "judgments",
+                ],
+                "rows": [
+                    [
+                        r["problem"],
+                        "yes" if r["correct"] else "no",
+                        f"{r['us']:.0f}" if r["us"] else "-",
+                        f"{r['ort_us']:.0f}" if r["ort_us"] else "-",
+                        f"{r['vs_ort']:.2f}x [{r['ci'][0]:.2f}, {r['ci'][1]:.2f}]"
+                        if r["vs_ort"] and r["ci"]
+                        else "-",
+                        f"{r['vs_tvm_default']:.2f}x" if r["vs_tvm_default"] else "-",
+                        r["trials"],
+                    ]
+                    for r in rs
+                ],
+            },
+            "rows": rs,
+        },
+        args.results,
+    )
+    print(json.dumps(b, indent=1))
+    print(f"wrote {path}")
     return 0
 
 

@@ -772,6 +772,9 @@ def test_the_target_layer_keeps_fast_math_only_when_correct_and_faster():
         later = leka.build_spec(ep.problem, {"k": {"loop": trace}}, "leka", whole=whole)
         assert later.decisions.target_attrs == whole.target_attrs
     assert target_alternatives("host-cpu") and not target_alternatives(as_profile("jetson-orin-nano"))
+    # a quantized model rounds to a grid: fast math's reciprocals move ties one int8 step (never offered)
+    assert target_alternatives("host-cpu", get_problem("L3/dscnn_kws"))
+    assert not target_alternatives("host-cpu", get_problem("L3/dscnn_kws_int8"))
 
 
 def test_starting_points_slower_than_tvm_default_are_dropped(monkeypatch):

@@ -115,6 +115,7 @@ def test_every_module_is_allowed_to_agents_or_forbidden():
         "edgekernelbench.store",
         "edgekernelbench.kerneldb",
         "edgekernelbench.metrics",
+        "edgekernelbench.rundir",
     ]
     forbidden = CONTRACTS["agents"]["forbidden_modules"]
     packages = {"edgekernelbench", "edgekernelbench.harness", "edgekernelbench.ir"}  # docstrings only

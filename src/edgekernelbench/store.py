@@ -49,6 +49,7 @@ from typing import Any
 from .errors import EKBError, RunDirError
 from .machine import cpu_model
 from .records import Result
+from .rundir import DB_NAME
 
 __all__ = [
     "DB_NAME",
@@ -65,7 +66,6 @@ __all__ = [
     "store_key_path",
 ]
 
-DB_NAME = "results.db"
 # 1: no MACs; 2: every row carries `mac` (a version-1 store is migrated in place, its rows unauthenticated)
 SCHEMA_VERSION = 2
 _SCHEMA_KEY = "schema_version"

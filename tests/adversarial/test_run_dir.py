@@ -32,7 +32,8 @@ from edgekernelbench.errors import RunDirError
 from edgekernelbench.files import sha256_hex
 from edgekernelbench.harness.job import judge_version
 from edgekernelbench.records import Result, Timing
-from edgekernelbench.runs import CandidateRef, backend_peak, candidate_path, pending
+from edgekernelbench.rundir import candidate_path
+from edgekernelbench.runs import CandidateRef, backend_peak, pending
 from edgekernelbench.store import (
     SCHEMA_VERSION,
     RunStore,

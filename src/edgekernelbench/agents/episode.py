@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..harness.api import DEFAULT_BASELINES, Limits, TimingConfig, evaluate
+from ..harness.api import DEFAULT_BASELINES, JudgeConfig, Limits, TimingConfig, evaluate
 from ..ir.spec import KernelSpec
 from ..records import Result
 from .budget import Budget, Usage
@@ -48,6 +48,18 @@ class AgentConfig:
     tune_trials: int | None = None  # MetaSchedule's measured trials per problem (None: budget.evals)
     # LEKA stops after this many judgments in a row without a kept improvement (0: spends the budget)
     patience: int = 8
+
+    def judge(self, final: bool = False, timing: TimingConfig | None = None) -> JudgeConfig:
+        """How the judge judges this agent's candidates: a search's judgment (its timing protocol, against
+        `search_baselines`), or with `final` a final judgment (every baseline)."""
+        baselines = self.baselines if final else (self.search_baselines or self.baselines)
+        return JudgeConfig(
+            threads=self.threads,
+            trials=self.trials,
+            timing=timing or self.timing,
+            baselines=tuple(baselines),
+            limits=self.limits or JudgeConfig().limits,
+        )
 
 
 def score(res: Result) -> float | None:
@@ -169,18 +181,8 @@ class Episode:
     def _evaluate(
         self, spec: KernelSpec, profile=True, timing: TimingConfig | None = None, final: bool = False
     ) -> Result:
-        return evaluate(
-            self.problem.id,
-            spec,
-            self.cfg.backend,
-            threads=self.cfg.threads,
-            trials=self.cfg.trials,
-            timing=timing or self.cfg.timing,
-            baselines=self.cfg.baselines if final else (self.cfg.search_baselines or self.cfg.baselines),
-            limits=self.cfg.limits,
-            profile=profile,
-            peak=self.cfg.peak,
-        )
+        config = self.cfg.judge(final, timing)
+        return evaluate(self.problem.id, spec, self.cfg.backend, config, profile=profile, peak=self.cfg.peak)
 
     def final_judgment(self, spec: KernelSpec, label: str) -> Result:
         """A fresh judgment of a final candidate, after the method stopped: not charged, not a step of the

@@ -12,6 +12,7 @@ from ..errors import EKBError
 from ..llm.cache import ResponseCache
 from ..llm.parse import ParseError, extract_code
 from ..llm.providers import Completion, ProviderError, Request, make_provider, price
+from ..rundir import RESPONSES
 from .episode import Episode
 
 # the sample number of a call in the cache and in responses.jsonl: method and call index, so that the
@@ -76,7 +77,7 @@ class ModelClient:
             "output_tokens": comp.output_tokens,
             "finish_reason": comp.finish_reason,
         }
-        with self._lock, open(Path(self.ep.run_dir) / "responses.jsonl", "a") as f:
+        with self._lock, open(Path(self.ep.run_dir) / RESPONSES, "a") as f:
             f.write(json.dumps(line) + "\n")
 
     def close(self) -> None:

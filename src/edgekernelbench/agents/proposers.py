@@ -93,7 +93,7 @@ class BuiltinProposer:
 
     def target_options(self) -> list[tuple[str, dict]]:
         """Whole-module target decisions to judge after the graph layer: (label, target attributes)."""
-        return target_alternatives(self.ep.cfg.backend)
+        return target_alternatives(self.ep.cfg.backend, self.ep.problem)
 
     def start(self, kernel: str) -> dict | None:
         """Where the search of a kernel starts: its rule-based schedule (the rules' first strategy that

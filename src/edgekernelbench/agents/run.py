@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import os
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
@@ -17,6 +16,7 @@ from pathlib import Path
 from .. import metrics
 from ..harness.api import warm_judge
 from ..problems import get_problem
+from ..rundir import write_candidate
 from ..store import RunStore
 from .budget import BudgetExhausted
 from .cli_agent import run_cli
@@ -76,11 +76,7 @@ def _store_final(store, run_dir: Path, label: str, spec, res, cfg: AgentConfig, 
         "proposer": _proposer(ep.method, cfg),
         "budget": asdict(cfg.budget),
     }
-    path = run_dir / "candidates" / ep.problem.id / f"sample{k}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(spec.to_json() + "\n")
-    os.replace(tmp, path)
+    path = write_candidate(run_dir, ep.problem.id, k, ".json", spec.to_json() + "\n")
     res = copy.deepcopy(res)
     res.sample, res.method, res.candidate, res.spec_hash = k, spec.method, str(path), spec.hash()
     problem = get_problem(res.problem)

@@ -12,10 +12,11 @@ from pathlib import Path
 
 from ..errors import EKBError
 from ..files import UntrustedFileError, read_regular
+from ..rundir import PROFILES
 from .base import BackendProfile
 
 BUILTIN = Path(__file__).parent / "data" / "profiles.toml"
-RUN_DIR_PROFILES = "profiles.toml"  # RUN_DIR/profiles.toml
+RUN_DIR_PROFILES = PROFILES  # RUN_DIR/profiles.toml (rundir.py)
 MAX_PROFILE_BYTES = 1 << 20
 OVERRIDE_FLAG = "--run-dir-profiles-override"  # the commands' flag that lets a run directory replace one
 KINDS = ("host", "cross", "gpu")
@@ -27,10 +28,15 @@ class ProfileError(EKBError):
     pass
 
 
+def user_profiles_path() -> Path:
+    """The user's own profiles file (`ekb peak` stores measured peaks there)."""
+    return Path.home() / ".config" / "edgekernelbench" / "profiles.toml"
+
+
 def user_profile_files() -> list[Path]:
     """The user's own profile files that exist: ~/.config/edgekernelbench/profiles.toml, then each of
     $EKB_PROFILES (one path, or several separated by os.pathsep; workers get the parent's list)."""
-    files = [Path.home() / ".config" / "edgekernelbench" / "profiles.toml"]
+    files = [user_profiles_path()]
     files += [Path(f) for f in os.environ.get("EKB_PROFILES", "").split(os.pathsep) if f]
     return [f for f in files if f.is_file()]
 

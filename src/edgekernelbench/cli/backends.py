@@ -122,7 +122,9 @@ def peak(backend, threads, profiles_file, mib, tracker):
         raise EKBError("--backend takes one backend for `ekb peak`")
     (profile,) = profiles
     name = profile.name
-    path = profiles_file or Path.home() / ".config" / "edgekernelbench" / "profiles.toml"
+    from ..backends.profiles import user_profiles_path
+
+    path = profiles_file or user_profiles_path()
     today = datetime.date.today().isoformat()
     if profile.rpc_key and (tracker or profile.run == "remote"):
         from ..backends.peak import measure_peak_remote

@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..errors import EKBError
+from ..rundir import candidates_dir
 from .common import (
     _eval_options,
     _llm_options,
@@ -70,7 +71,7 @@ def _eval_config(
     """The command's EvalConfig. `run_dir`: its profiles.toml's profiles are resolved too, here, once
     (they reach the workers inside their Jobs), and may replace an existing one only with
     `run_dir_override` (--run-dir-profiles-override)."""
-    from ..harness.isolation import Limits
+    from ..harness.api import JudgeConfig, Limits
     from ..runs import EvalConfig, preflight
 
     if trials < 1:
@@ -81,19 +82,17 @@ def _eval_config(
     profiles = _profiles(backend, run_dir=run_dir, run_dir_override=run_dir_override)
     _check_tracker(tracker, profiles)
     backends = [p.name for p in profiles]
-    cfg = EvalConfig(
-        backends=backends,
-        profiles={p.name: p for p in profiles},
+    judge = JudgeConfig(
         threads=threads,
         trials=trials,
+        seed=seed,
         timing=_timing(quick),
+        baselines=chosen,
         measure=not no_measure,
         limits=Limits(timeout_s=timeout, memory_mb=memory_mb),
         tracker=tracker,
-        jobs=jobs,
-        seed=seed,
-        baselines=chosen,
     )
+    cfg = EvalConfig(backends=backends, judge=judge, profiles={p.name: p for p in profiles}, jobs=jobs)
     preflight(backends, cfg)  # e.g. a local GPU that is not there: one line before anything runs
     return cfg
 
@@ -183,7 +182,7 @@ def run_cmd(
         request_timeout=request_timeout,
         retries=retries,
     )
-    if not (run_dir / "candidates").is_dir():
+    if not candidates_dir(run_dir).is_dir():
         raise EKBError(f"{run_dir}: no candidates were generated")
     _run_eval(run_dir, cfg, list(problems) or None)
     _print_report(run_dir)
@@ -207,14 +206,7 @@ def check(problem, candidate, **opts):
             p,
             candidate,
             cfg.profile(cfg.backends[0]),
-            threads=cfg.threads,
-            trials=cfg.trials,
-            timing=cfg.timing,
-            measure=cfg.measure,
-            limits=cfg.limits,
-            tracker=cfg.tracker,
-            seed=cfg.seed,
-            baselines=cfg.baselines,
+            cfg.judge,
         )
     click.echo(json.dumps(res.to_dict(), indent=1))
     compile_only = res.reason == "not_checked"
@@ -324,25 +316,57 @@ def _print_floors(floors: dict) -> None:
 
 
 # ------------------------------------------------------------------------------------------ demo
+DEMO_AGENT_PROBLEMS = ("L1/dwconv3x3_kws", "L2/ds_block_kws")  # two of the agent subset, quick to tune
+DEMO_AGENT_METHODS = "direct,flat,leka,metaschedule"
+DEMO_DEPLOY = "L3/dscnn_kws"
+
+
 @click.command()
 @click.option(
     "--out", "run_dir", type=click.Path(path_type=Path), default=Path("runs/demo"), show_default=True
 )
-@click.option("--level", type=int, default=1, show_default=True)
-@click.option("--problem", "problems", multiple=True, help="Only these problems (repeatable).")
-@click.option("--quick", is_flag=True, help="Short timing protocol.")
-def demo(run_dir=Path("runs/demo"), level=1, problems=(), quick=False):
-    """The main job on built-in defaults: write the reference and rule-based candidates for the suite,
-    evaluate them on the host CPU (1 thread), print the table. No network, API key or GPU needed."""
+@click.option("--level", type=int, default=1, show_default=True, help="The suite's level judged in step 1.")
+@click.option("--problem", "problems", multiple=True, help="Step 1: only these problems (repeatable).")
+@click.option("--full", is_flag=True, help="Step 1 with the full timing protocol (25 rounds; ~8 min more).")
+@click.option("--quick", is_flag=True, hidden=True, help="(Step 1's short protocol: the default.)")
+@click.pass_context
+def demo(ctx, run_dir=Path("runs/demo"), level=1, problems=(), full=False, quick=False):
+    """The main job on built-in defaults, about 10 minutes on 2 cores with no network, key or GPU: (1) the
+    suite's reference and rule-based candidates judged on this CPU; (2) LEKA against direct, flat and
+    MetaSchedule on two problems of the agent subset under one budget (offline proposer); (3) a model
+    deployed from what they found, verified and timed; (4) the HTML report, its path printed last.
+    Resumable: run it again and it goes on where it stopped."""
     from ..generators.reference_candidates import write_reference_candidates
+    from ..harness.api import JudgeConfig
     from ..problems import select
     from ..runs import EvalConfig
+    from .agent import agent_cmd
+    from .deploy import deploy_cmd
+    from .report import report
 
     probs = select(level=level, ids=list(problems) or None)
-    console.print(
-        f"EdgeKernelBench demo: {len(probs)} level-{level} problems, reference + rule-based "
-        f"candidates, host CPU, 1 thread -> {run_dir}"
+    suite, agents, kernels = run_dir / "suite", run_dir / "agents", run_dir / "kernels.sqlite"
+    protocol = "full" if full else "short"
+    console.rule(f"1/4  the level-{level} suite: {len(probs)} problems, reference + rule-based candidates")
+    console.print(f"judged on this machine's CPU, 1 thread, the {protocol} timing protocol -> {suite}")
+    write_reference_candidates(probs, suite)
+    _run_eval(suite, EvalConfig(judge=JudgeConfig(timing=_timing(not full))), [p.id for p in probs])
+    _print_report(suite)
+    console.rule(f"2/4  agents under one budget on {', '.join(DEMO_AGENT_PROBLEMS)}")
+    ctx.invoke(
+        agent_cmd,
+        run_dir=agents,
+        methods=DEMO_AGENT_METHODS,
+        problems=DEMO_AGENT_PROBLEMS,
+        budget=6,
+        quick=True,
+        kernel_db=kernels,
     )
-    write_reference_candidates(probs, run_dir)
-    _run_eval(run_dir, EvalConfig(timing=_timing(quick)), [p.id for p in probs])
-    _print_report(run_dir, per_problem=True)
+    console.rule(f"3/4  {DEMO_DEPLOY} deployed: the kernel database's decisions, rule-based ones elsewhere")
+    ctx.invoke(
+        deploy_cmd, model=DEMO_DEPLOY, out=run_dir / "deploy", kernel_db=kernels, rules=True, quick=True
+    )
+    console.rule("4/4  the report")
+    html = run_dir / "report.html"
+    ctx.invoke(report, run_dirs=(suite, agents), html_path=html)
+    console.print(f"report: {html}")

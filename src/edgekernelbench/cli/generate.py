@@ -134,11 +134,10 @@ def generate(model, run_dir, level, problems, suite, backend, **opts):
 def _write_gpu_candidates(problem, run_dir: Path, profile) -> list[Path]:
     """sample0.py: the unscheduled reference (fails on a GPU: loops not bound to threads);
     sample1.json: the reference with dlight's default GPU schedule for the profile's target."""
-    from ..generators.reference_candidates import candidate_dir, gpu_default_spec, reference_spec
+    from ..generators.reference_candidates import gpu_default_spec, reference_spec
+    from ..rundir import write_candidate
 
-    d = candidate_dir(Path(run_dir), problem.id)
-    d.mkdir(parents=True, exist_ok=True)
-    ref_path, gpu_path = d / "sample0.py", d / "sample1.json"
-    ref_path.write_text(reference_spec(problem).module + "\n")
-    gpu_path.write_text(gpu_default_spec(problem, profile).to_json() + "\n")
-    return [ref_path, gpu_path]
+    return [
+        write_candidate(run_dir, problem.id, 0, ".py", reference_spec(problem).module + "\n"),
+        write_candidate(run_dir, problem.id, 1, ".json", gpu_default_spec(problem, profile).to_json() + "\n"),
+    ]

@@ -10,6 +10,7 @@ import click
 from rich.table import Table
 from rich.text import Text
 
+from ..rundir import DB_NAME
 from .common import console, err_console
 
 
@@ -91,7 +92,7 @@ def show(problem, baselines_dir, no_script):
         )
     )
     rows = {}
-    if baselines_dir.joinpath("results.db").exists():
+    if baselines_dir.joinpath(DB_NAME).exists():
         from ..store import RunStore
 
         with RunStore(baselines_dir) as store:

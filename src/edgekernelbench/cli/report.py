@@ -10,6 +10,7 @@ from rich.text import Text
 
 from ..errors import EKBError
 from ..report.summary import authentication_lines, inexact_baseline_lines, summaries_by_method, timing_lines
+from ..rundir import DB_NAME
 from .common import console
 
 __all__ = ["inexact_baseline_lines", "report", "summaries_by_method", "timing_lines"]
@@ -137,7 +138,7 @@ def report(run_dirs, p, per_problem, json_path, csv_path, anytime_path, html_pat
 
         check_output_path(html_path)  # before the work: a directory that does not exist is one line
     for run_dir in run_dirs:
-        if not run_dir.joinpath("results.db").exists():
+        if not run_dir.joinpath(DB_NAME).exists():
             raise EKBError(f"{run_dir}: no results.db here (run `ekb eval {run_dir}` first)")
     for run_dir in run_dirs:
         if len(run_dirs) > 1:

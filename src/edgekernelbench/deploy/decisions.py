@@ -33,6 +33,7 @@ from pathlib import Path
 
 from ..errors import DecisionError, EKBError, MalformedCandidate, last_line
 from ..ir.spec import SCHEDULE_LAYERS, KernelSpec, load_candidate
+from ..rundir import existing_candidate
 from ..tvm_env import compile as tvm_compile
 from .model import DeployError
 
@@ -100,10 +101,9 @@ def model_kernels(reference) -> list[KernelChoice]:
 
 # ------------------------------------------------------------------------------------------ sources
 def _candidate_file(run_dir: Path, problem: str, sample: int, recorded: str) -> Path | None:
-    for suffix in (".json", ".py", ".tvmscript"):
-        p = run_dir / "candidates" / problem / f"sample{sample}{suffix}"
-        if p.is_file():
-            return p
+    found = existing_candidate(run_dir, problem, sample, order=(".json", ".py", ".tvmscript"))
+    if found is not None:
+        return found
     return Path(recorded) if recorded and Path(recorded).is_file() else None
 
 

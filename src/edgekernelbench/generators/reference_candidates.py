@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..ir.spec import KernelSpec
+from ..rundir import write_candidate
 from ..search.rules import rule_spec
 
 
@@ -49,10 +50,6 @@ def gpu_default_spec(problem, profile):
     )
 
 
-def candidate_dir(run_dir: Path, problem_id: str) -> Path:
-    return Path(run_dir) / "candidates" / problem_id
-
-
 def write_reference_candidates(
     problems, run_dir, vector_lanes: int | None = None, threads: int = 1
 ) -> list[Path]:
@@ -60,11 +57,7 @@ def write_reference_candidates(
     returns the paths written."""
     written: list[Path] = []
     for problem in problems:
-        d = candidate_dir(Path(run_dir), problem.id)
-        d.mkdir(parents=True, exist_ok=True)
-        ref_path = d / "sample0.py"
-        ref_path.write_text(reference_spec(problem).module + "\n")
-        rules_path = d / "sample1.json"
-        rules_path.write_text(rule_spec(problem, vector_lanes, threads).to_json() + "\n")
-        written += [ref_path, rules_path]
+        ref_path = write_candidate(run_dir, problem.id, 0, ".py", reference_spec(problem).module + "\n")
+        rule = rule_spec(problem, vector_lanes, threads)
+        written += [ref_path, write_candidate(run_dir, problem.id, 1, ".json", rule.to_json() + "\n")]
     return written

@@ -14,6 +14,7 @@ from ..backends.base import BackendProfile
 from ..files import sha256_hex
 from ..ir.spec import KernelSpec, read_candidate
 from ..records import Result
+from .config import JudgeConfig
 from .confine import confine_command
 from .isolation import Limits, run_in_worker, warm_judge
 from .job import DEFAULT_BASELINES, Job, judge_version
@@ -21,6 +22,7 @@ from .timing import TimingConfig
 
 __all__ = [
     "DEFAULT_BASELINES",
+    "JudgeConfig",
     "Limits",
     "TimingConfig",
     "check_plausible",
@@ -37,35 +39,35 @@ def evaluate(
     problem,
     candidate: KernelSpec | str | Path,
     backend: str | BackendProfile = "host-cpu",
+    config: JudgeConfig | None = None,
     *,
     sample: int = 0,
-    threads: int = 1,
-    trials: int = 5,
-    seed: int | None = None,
-    timing: TimingConfig | None = None,
-    baselines: tuple[str, ...] = DEFAULT_BASELINES,
-    measure: bool = True,
     profile: bool | list[str] = False,
-    limits: Limits | None = None,
-    tracker: str | None = None,
-    device_retries: int = 2,
     source: str = "",
     peak: dict | None = None,
     candidate_sha256: str = "",
+    **settings,
 ) -> Result:
     """Judges one candidate: a KernelSpec, a path to a candidate file, or TVMScript module text, on
-    `backend` (a profile name, or the BackendProfile a command resolved once: backends.registry.as_profile).
+    `backend` (a profile name, or the BackendProfile a command resolved once: backends.registry.as_profile),
+    as `config` says (a JudgeConfig, built once per command; `settings`: any of its fields, overriding it:
+    threads, trials, seed, timing, baselines, measure, limits, tracker, device_retries).
     `profile`: also time each kernel call of main (candidate and tvm-default); a list of kernel names:
     only the candidate's calls of those kernels (what a search comparing one kernel's versions needs).
-    `tracker` (HOST:PORT): a backend whose profile has an rpc_key runs on a device of that key
-    (backends/rpc.py); a device lost mid-run is retried on another one up to `device_retries` times.
+    A backend whose profile has an rpc_key runs on a device of the config's tracker (backends/rpc.py); a
+    device lost mid-run is retried on another one up to `device_retries` times.
     `peak`: the backend's measured peaks (FLOP/s, bandwidths; runs.backend_peak), for the plausibility
     check (`check_plausible`); None: the profile's own, when `ekb peak` measured them.
-    `seed`: the judgment's input seed, to replay one (a result's `seed`); None: the judge draws a fresh one.
     `candidate_sha256`: of the bytes the candidate was read from (runs.evaluate_ref); "": of the file
     read here, else of the spec's JSON."""
     from ..backends.registry import as_profile
 
+    unknown = set(settings) - JudgeConfig.names()
+    if unknown:
+        raise TypeError(f"evaluate() got unknown settings {sorted(unknown)}")
+    cfg = replace(config or JudgeConfig(), **settings)
+    if cfg.timing is None:  # a caller's "the default protocol"
+        cfg = replace(cfg, timing=TimingConfig())
     problem_id = problem if isinstance(problem, str) else problem.id
     if isinstance(candidate, Path):
         source = str(candidate)
@@ -73,35 +75,37 @@ def evaluate(
     elif isinstance(candidate, str):
         candidate = KernelSpec(problem=problem_id, module=candidate, method="tvmscript")
     candidate_sha256 = candidate_sha256 or sha256_hex(candidate.to_json(indent=None).encode())
-    backend_profile = as_profile(backend, threads)
+    backend_profile = as_profile(backend, cfg.threads)
     job = Job(
         problem=problem_id,
         sample=sample,
         backend=backend_profile.name,
         spec=candidate.to_dict(),
         candidate=source,
-        threads=threads,
-        trials=trials,
-        seed=seed,
-        timing=asdict(timing or TimingConfig()),
-        baselines=list(baselines),
-        measure=measure,
+        threads=cfg.threads,
+        trials=cfg.trials,
+        seed=cfg.seed,
+        timing=asdict(cfg.timing),
+        baselines=list(cfg.baselines),
+        measure=cfg.measure,
         profile=profile,
         backend_profile=backend_profile.to_dict(),
     )
-    limits = limits or Limits()
-    if backend_profile.uses_local_gpu(tracker):
+    limits = cfg.limits or Limits()
+    if backend_profile.uses_local_gpu(cfg.tracker):
         limits = replace(limits, address_space=False)  # a GPU runtime reserves huge address ranges
     job.timeout_s = limits.timeout_s
+    tracker = cfg.tracker
     if tracker is None and backend_profile.run == "remote":
         from ..backends.rpc import default_tracker
 
         tracker = default_tracker()  # read here: the worker's environment is clean
     job.tracker = tracker
-    if measure and "onnxruntime" in baselines and backend_profile.kind != "gpu":
+    if cfg.measure and "onnxruntime" in cfg.baselines and backend_profile.kind != "gpu":
         prepare_ort_timer(job)
-    if measure and backend_profile.kind == "host":
+    if cfg.measure and backend_profile.kind == "host":
         prepare_call_loop(job)
+    device_retries = cfg.device_retries
     res = run_in_worker(job, limits)
     lost = []
     for _ in range(device_retries if tracker else 0):
@@ -115,7 +119,7 @@ def evaluate(
     if peak is None:
         from ..backends.peak import profile_peak
 
-        peak = profile_peak(backend_profile, threads)
+        peak = profile_peak(backend_profile, cfg.threads)
     res = check_plausible(res, job, limits, peak)
     res.candidate_sha256, res.judge_version = candidate_sha256, judge_version()
     res.profile_sha256 = profile_digest(backend_profile)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..ir.spec import KernelSpec
+from ..rundir import RESPONSES, existing_candidate, write_candidate
 from ..store import RunStore
 from .cache import ResponseCache
 from .parse import ParseError, extract_code
@@ -29,7 +30,6 @@ from .prompts import build_prompt
 from .providers import Completion, ProviderError, Request, RetryPolicy, make_provider, price
 
 log = logging.getLogger(__name__)
-RESPONSES = "responses.jsonl"
 KEY_VARS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_COMPATIBLE_API_KEY")
 
 
@@ -57,21 +57,6 @@ def redact(text: str) -> str:
         if value and len(value) >= 4:
             text = text.replace(value, "***")
     return text
-
-
-def existing_candidate(run_dir: Path, problem: str, sample: int) -> Path | None:
-    d = Path(run_dir) / "candidates" / problem
-    for suffix in (".py", ".json", ".tvmscript"):
-        if (d / f"sample{sample}{suffix}").exists():
-            return d / f"sample{sample}{suffix}"
-    return None
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def generate_run(
@@ -155,7 +140,7 @@ def generate_run(
             record.update(status="parse_error", error=str(e))
             counts["parse_errors"] += 1
         store.put_generation(problem.id, k, record)
-        _write_atomic(run_dir / "candidates" / problem.id / f"sample{k}.json", spec.to_json() + "\n")
+        write_candidate(run_dir, problem.id, k, ".json", spec.to_json() + "\n")
         counts["cached" if cached else "generated"] += 1
         return record
 
@@ -240,4 +225,4 @@ def generation_summary(records: list[dict]) -> list[dict]:
     return list(by_model.values())
 
 
-__all__ = ["GenConfig", "existing_candidate", "generate_run", "generation_summary", "redact"]
+__all__ = ["GenConfig", "generate_run", "generation_summary", "redact"]

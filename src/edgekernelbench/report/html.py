@@ -631,7 +631,7 @@ def candidate_text(run_dir: Path, r: Result) -> tuple[str, str] | None:
     """(kind, text): the candidate's source ("source": a TVMScript / Python file, or a spec's module
     text) or its decisions ("decisions", as compact JSON), from the run's candidate file; None when the
     file is not there any more."""
-    from ..llm.generate import existing_candidate
+    from ..rundir import existing_candidate
 
     path = existing_candidate(run_dir, r.problem, r.sample)
     if path is None and r.candidate and Path(r.candidate).is_file():

@@ -1,10 +1,6 @@
 """Run directories: discover candidate files, evaluate what is not done yet, keep results in the store.
 
-Layout of a run directory:
-    RUN_DIR/candidates/<problem id>/sample<k>.py     TVMScript IRModule (one-shot output)
-    RUN_DIR/candidates/<problem id>/sample<k>.json   KernelSpec (decisions, optional module)
-    RUN_DIR/results.db                               the run store (SQLite)
-e.g. RUN_DIR/candidates/L1/dwconv3x3_kws/sample0.py
+The run directory's layout is rundir.py's.
 
 `ekb baseline` (the baselines and timer floors kept in a run store) is runs/baselines.py.
 """
@@ -14,11 +10,10 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import subprocess
 import sys
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .. import metrics
@@ -26,17 +21,15 @@ from ..backends.base import BackendProfile
 from ..backends.peak import profile_peak
 from ..errors import MalformedCandidate, RunDirError
 from ..files import UntrustedFileError, read_regular, sha256_hex
-from ..harness.api import evaluate, profile_digest
-from ..harness.isolation import Limits
-from ..harness.job import DEFAULT_BASELINES, judge_version
-from ..harness.timing import TimingConfig
+from ..harness.api import JudgeConfig, evaluate, profile_digest
+from ..harness.job import judge_version
 from ..ir.spec import MAX_CANDIDATE_BYTES, read_candidate
 from ..problems import get_problem
 from ..records import Result
+from ..rundir import SAMPLE_RE, candidates_dir
 from ..store import RunStore, result_status
 
 log = logging.getLogger(__name__)
-SAMPLE_RE = re.compile(r"^sample(\d+)\.(py|json|tvmscript)$")
 
 
 @dataclass(frozen=True)
@@ -46,13 +39,9 @@ class CandidateRef:
     path: Path
 
 
-def candidate_path(run_dir: Path, problem: str, sample: int, suffix: str) -> Path:
-    return Path(run_dir) / "candidates" / problem / f"sample{sample}{suffix}"
-
-
 def discover(run_dir: Path) -> list[CandidateRef]:
     """Every candidate file under RUN_DIR/candidates; unknown problems and stray files are errors."""
-    root = Path(run_dir) / "candidates"
+    root = candidates_dir(run_dir)
     if not root.is_dir():
         raise RunDirError(
             f"{run_dir}: no candidates/ directory (expected candidates/<problem id>/sample<k>.py|.json)"
@@ -79,17 +68,12 @@ def discover(run_dir: Path) -> list[CandidateRef]:
 
 @dataclass
 class EvalConfig:
+    """A run's configuration: which backends, how the judge judges (one JudgeConfig, carried whole to every
+    judgment), and how the run goes."""
+
     backends: list[str] = field(default_factory=lambda: ["host-cpu"])
-    threads: int = 1
-    trials: int = 5
-    seed: int | None = None  # the judgments' input seed: None draws a fresh one per judgment (--seed replays)
-    timing: TimingConfig = field(default_factory=TimingConfig)
-    baselines: tuple[str, ...] = DEFAULT_BASELINES
-    measure: bool = True
-    limits: Limits = field(default_factory=Limits)
+    judge: JudgeConfig = field(default_factory=JudgeConfig)
     retry_infra: bool = True  # re-run records whose failure was the harness's, not the candidate's
-    tracker: str | None = None  # TVM RPC tracker HOST:PORT for profiles with an rpc_key (backends/rpc.py)
-    device_retries: int = 2  # a remote device lost mid-item: run the item again on another device
     jobs: int | None = None  # candidates judged at once where nothing is timed here (None: local_jobs)
     # name -> BackendProfile as its file defines it: each backend's profile, resolved once for the command
     # (the CLI fills it; `profile` resolves a missing one once) and passed down to evaluate() and its workers
@@ -101,7 +85,7 @@ class EvalConfig:
             from ..backends.registry import get_profile
 
             self.profiles[backend] = get_profile(backend)
-        return self.profiles[backend].with_threads(self.threads)
+        return self.profiles[backend].with_threads(self.judge.threads)
 
 
 def local_jobs(backend: str, cfg: EvalConfig) -> int:
@@ -109,11 +93,11 @@ def local_jobs(backend: str, cfg: EvalConfig) -> int:
     second worker would disturb the timings); otherwise (emulated or compile-only backends, or
     --no-measure) cfg.jobs, by default as many as the cores allow at cfg.threads each (at most 4)."""
     profile = cfg.profile(backend)
-    if cfg.measure and profile.can_time:
+    if cfg.judge.measure and profile.can_time:
         return 1
     if cfg.jobs:
         return max(1, cfg.jobs)
-    return max(1, min(4, (os.cpu_count() or 1) // max(1, cfg.threads)))
+    return max(1, min(4, (os.cpu_count() or 1) // max(1, cfg.judge.threads)))
 
 
 def candidate_digest(path: Path) -> str | None:
@@ -165,16 +149,8 @@ def evaluate_ref(
         ref.problem,
         spec,
         cfg.profile(backend),
+        replace(cfg.judge, tracker=tracker),
         sample=ref.sample,
-        threads=cfg.threads,
-        trials=cfg.trials,
-        seed=cfg.seed,
-        timing=cfg.timing,
-        baselines=cfg.baselines,
-        measure=cfg.measure,
-        limits=cfg.limits,
-        tracker=tracker,
-        device_retries=cfg.device_retries,
         source=str(ref.path),
         peak=peak,
         candidate_sha256=digest,
@@ -188,7 +164,7 @@ def preflight(backends: list[str], cfg: EvalConfig) -> None:
     from ..backends.hostinfo import require_isa
 
     for backend in backends:
-        require_device(cfg.profile(backend), cfg.tracker)
+        require_device(cfg.profile(backend), cfg.judge.tracker)
         require_isa(cfg.profile(backend))
 
 
@@ -196,11 +172,11 @@ def device_plan(backend: str, cfg: EvalConfig) -> tuple[str | None, int]:
     """(tracker, devices) when `backend` runs on remote devices (its profile's rpc_key has devices on the
     tracker, or its run is "remote"); (None, 1) for a local or emulated backend."""
     profile = cfg.profile(backend)
-    if not (cfg.tracker or profile.run == "remote"):
+    if not (cfg.judge.tracker or profile.run == "remote"):
         return None, 1
     from ..backends.rpc import remote_plan
 
-    tracker, n = remote_plan(profile, cfg.tracker)
+    tracker, n = remote_plan(profile, cfg.judge.tracker)
     return (tracker, max(1, n)) if tracker else (None, 1)
 
 
@@ -242,17 +218,7 @@ def eval_run(
     counts = {"evaluated": 0, "skipped": 0, "correct": 0}
     preflight(cfg.backends, cfg)
     with RunStore(run_dir) as store:
-        store.set_meta(
-            "eval_config",
-            {
-                "backends": cfg.backends,
-                "threads": cfg.threads,
-                "trials": cfg.trials,
-                "timing": asdict(cfg.timing),
-                "baselines": list(cfg.baselines),
-                "tracker": cfg.tracker,
-            },
-        )
+        store.set_meta("eval_config", {"backends": cfg.backends, **cfg.judge.record()})
         store.record_environment()  # the machine and software versions, for the report
         for backend in cfg.backends:
             todo = pending(store, refs, backend, cfg.retry_infra)
@@ -262,7 +228,8 @@ def eval_run(
                 workers = local_jobs(backend, cfg)
             if on_start:
                 on_start(backend, len(todo))
-            peak = backend_peak(store, cfg.profile(backend), cfg.threads) if cfg.measure and todo else None
+            measured = cfg.judge.measure and todo
+            peak = backend_peak(store, cfg.profile(backend), cfg.judge.threads) if measured else None
             for _ref, res in _evaluate_all(todo, backend, cfg, tracker, workers, peak):
                 problem = get_problem(res.problem)
                 roof = metrics.result_roofline(res, peak, problem.cost.bytes_written, problem.integer)

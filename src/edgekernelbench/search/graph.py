@@ -117,14 +117,19 @@ def graph_alternatives(problem, backend=None) -> list[tuple[str, list[dict]]]:
 FAST_MATH_FLAGS = {"fast-math": True}
 
 
-def target_alternatives(backend) -> list[tuple[str, dict]]:
+def target_alternatives(backend, problem=None) -> list[tuple[str, dict]]:
     """(label, target attributes) for each whole-module target decision worth judging on `backend` (a
-    profile or its name): LLVM's fast-math flags on a CPU target. A module-wide decision, judged like a
-    graph change: the judge's oracle and tolerance decide whether the kernels stay correct (a kernel that
-    tests for NaN no longer does)."""
+    profile or its name) for `problem`: LLVM's fast-math flags on a CPU target, unless the model quantizes
+    (QuantizeLinear). A module-wide decision, judged like a graph change: the judge's oracle and tolerance
+    decide whether the kernels stay correct (a kernel that tests for NaN no longer does). Not for quantized
+    models: a quantize rounds to a grid, and a reciprocal or a reassociated sum in front of it moves values
+    next to a tie to the other step (dscnn_kws_int8's average pool, sum / 120 as sum * (1 / 120): correct on
+    the search's inputs, one int8 step off on the final judge's; int8 tolerances admit no step)."""
     from ..backends.registry import as_profile
 
     if (as_profile(backend).target or {}).get("kind") != "llvm":
+        return []
+    if problem is not None and any(n.op_type == "QuantizeLinear" for n in problem.model.graph.node):
         return []
     return [("target: LLVM fast math, all kernels (no NaN/Inf, reassociation, reciprocals)", FAST_MATH_FLAGS)]
 

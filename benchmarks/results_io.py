@@ -1,0 +1,63 @@
+"""What every benchmark script records with its numbers, and where: results/<name>.json at the repository's
+root, one file per benchmark (the latest run; history stays in git), rendered into docs/results.md and the
+README's headline table by benchmarks/render_results.py.
+
+Each file holds: "benchmark" (its name), "date", "commit", "command" (how to run it again), "machine" (the CPU
+as the OS and LLVM name it, its ISA, the backend, its vector width, the threads), "protocol" (how it was
+measured), "headline" (one line for the README's table: {"what", "figure"}) and the benchmark's own numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "results"
+
+
+def commit() -> str:
+    """The short hash of the checkout the benchmark ran from (with "+" when it had uncommitted changes)."""
+    try:
+        git = ["git", "-C", str(ROOT)]
+        head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+        dirty = subprocess.run([*git, "status", "--porcelain", "--", "src"], capture_output=True, text=True)
+    except OSError:
+        return "unknown"
+    return (head.stdout.strip() or "unknown") + ("+" if dirty.stdout.strip() else "")
+
+
+def machine(backend: str = "host-cpu", threads: int = 1) -> dict:
+    """The machine a benchmark ran on: its CPU (the OS's name and LLVM's), ISA and the backend's vector width."""
+    from edgekernelbench.backends.hostinfo import host_facts
+    from edgekernelbench.backends.registry import get_profile
+
+    facts = host_facts()
+    profile = get_profile(backend, threads)
+    return {
+        "cpu": facts.model,
+        "llvm_cpu": facts.cpu,
+        "isa": list(facts.isa),
+        "backend": backend,
+        "vector_bits": profile.vector_bits,
+        "threads": threads,
+    }
+
+
+def write(name: str, report: dict, out: Path | None = None) -> Path:
+    """Writes `report` (with "benchmark", "date", "commit" and "command" filled in when absent) to
+    results/<name>.json, or to `out`; returns the path."""
+    path = out or RESULTS / f"{name}.json"
+    full = {
+        "benchmark": name,
+        "date": time.strftime("%Y-%m-%d"),
+        "commit": commit(),
+        "command": " ".join(["python", f"benchmarks/{Path(sys.argv[0]).name}", *sys.argv[1:]]),
+        **report,
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(full, indent=1) + "\n")
+    return path
