@@ -52,7 +52,7 @@ def judge(problem) -> dict:
             ci=[lo, hi],
             candidate_us=r.runtime.median * 1e6,
             tvm_default_us=r.baselines["tvm-default"].median * 1e6,
-            disturbed=(r.extra.get("timing_env") or {}).get("disturbed"),
+            disturbed=bool(r.timing_env and r.timing_env.disturbed),
         )
     else:
         row["detail"] = r.detail[:300]

@@ -57,7 +57,6 @@ def rows(run_dir: Path) -> list[dict]:
             continue
         r = results.get((problem, SAMPLES[method]))
         usage = rec.get("usage") or {}
-        roof = (r.extra.get("roofline") or {}) if r else {}
         out.append(
             {
                 "problem": problem,
@@ -66,7 +65,7 @@ def rows(run_dir: Path) -> list[dict]:
                 "vs_tvm_default": r.speedups.get("tvm-default") if r and r.correct else None,
                 "vs_onnxruntime": r.speedups.get("onnxruntime") if r and r.correct else None,
                 "fast_vs_onnxruntime": bool(r and metrics.verdict(r, 1.0, "onnxruntime") == "fast"),
-                "roofline": roof.get("fraction"),
+                "roofline": r.roofline.fraction if r and r.roofline else None,
                 "trials": rec.get("trials", usage.get("evals")),
                 "wall_s": usage.get("wall_s"),
             }

@@ -66,9 +66,7 @@ def best_spec(run_dir: Path, store: RunStore, problem_id: str, method: str):
     rows = [
         r
         for r in store.results(problems=[problem_id])
-        if r.correct
-        and r.method.endswith(method)
-        and (r.extra.get("plausibility") or {}).get("status") != "implausible"
+        if r.correct and r.method.endswith(method) and not r.implausible
     ]
     if not rows:
         return None, f"no correct {method} candidate"

@@ -53,7 +53,11 @@ def main(argv: list[str]) -> int:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(rule_spec(p).to_json() + "\n")
     t0 = time.perf_counter()
-    counts = eval_run(args.run_dir, EvalConfig(judge=JudgeConfig(timing=TIMING, baselines=(), trials=2)), [p.id for p in probs])
+    counts = eval_run(
+        args.run_dir,
+        EvalConfig(judge=JudgeConfig(timing=TIMING, baselines=(), trials=2)),
+        [p.id for p in probs],
+    )
     print(f"{counts} in {time.perf_counter() - t0:.0f} s")
 
     with RunStore(args.run_dir) as store:

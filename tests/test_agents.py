@@ -334,12 +334,12 @@ def test_a_graph_is_also_kept_by_its_kernels_total_time():
     WHOLE_SLACK, when the kernels are not faster, or without a profile of the best. Kernels the change
     left as they were are not counted."""
     from edgekernelbench.agents import leka
-    from edgekernelbench.records import Result
+    from edgekernelbench.records import Result, kernel_times
 
     def res(s, us):
         r = Result(problem=TINY, sample=4, backend="host-cpu", correct=True, speedups={"tvm-default": s})
         r.speedup_ci = {"tvm-default": [s * 0.95, s * 1.05]}
-        r.extra["kernels"] = [{"kernel": "a", "median": u * 1e-6, "share": 0.5} for u in us]
+        r.kernels = kernel_times([{"kernel": "a", "median": u * 1e-6, "share": 0.5} for u in us])
         return r
 
     best_rows = [{"kernel": "a", "us": 10.0, "share": 0.5}, {"kernel": "b", "us": 10.0, "share": 0.5}]
@@ -352,10 +352,12 @@ def test_a_graph_is_also_kept_by_its_kernels_total_time():
     assert not leka.improves_whole(wrong, 55.0, best_rows)
     # a change that leaves kernel "b" as it was: b's noise is left out of both totals
     two = res(55.7, [])
-    two.extra["kernels"] = [
-        {"kernel": "a", "median": 8e-6, "share": 0.1},  # 20% faster than the best's 10 us
-        {"kernel": "b", "median": 93e-6, "share": 0.9},  # the same code, measured 3% slower this time
-    ]
+    two.kernels = kernel_times(
+        [
+            {"kernel": "a", "median": 8e-6, "share": 0.1},  # 20% faster than the best's 10 us
+            {"kernel": "b", "median": 93e-6, "share": 0.9},  # the same code, measured 3% slower this time
+        ]
+    )
     rows_ab = [{"kernel": "a", "us": 10.0, "share": 0.1}, {"kernel": "b", "us": 90.0, "share": 0.9}]
     assert not leka.improves_whole(two, 55.0, rows_ab)  # all kernels: 101 us against 100
     assert leka.improves_whole(two, 55.0, rows_ab, same=frozenset({"b"}))  # the changed one: 8 against 10
@@ -371,7 +373,7 @@ def test_a_dropped_graph_change_is_judged_again_on_the_tuned_kernels(monkeypatch
     layer hands over only the correct changes it dropped."""
     from edgekernelbench.agents import leka
     from edgekernelbench.agents.proposers import BuiltinProposer
-    from edgekernelbench.records import Result
+    from edgekernelbench.records import Result, kernel_times
     from edgekernelbench.search.graph import graph_key
     from edgekernelbench.search.kernels import KernelInfo
 
@@ -401,7 +403,9 @@ def test_a_dropped_graph_change_is_judged_again_on_the_tuned_kernels(monkeypatch
                 problem=TINY, sample=4, backend="host-cpu", correct=correct, speedups={"tvm-default": s}
             )
             res.speedup_ci = {"tvm-default": [s * 0.95, s * 1.05]}
-            res.extra["kernels"] = [{"kernel": k, "median": u * 1e-6, "share": 0.5} for k, u in us.items()]
+            res.kernels = kernel_times(
+                [{"kernel": k, "median": u * 1e-6, "share": 0.5} for k, u in us.items()]
+            )
             return res
 
         def record(self, **kw):
@@ -724,7 +728,7 @@ def test_the_target_layer_keeps_fast_math_only_when_correct_and_faster():
     builtin proposer offers it on an LLVM target only."""
     from edgekernelbench.agents import leka
     from edgekernelbench.backends.registry import as_profile
-    from edgekernelbench.records import Result
+    from edgekernelbench.records import Result, kernel_times
     from edgekernelbench.search.graph import FAST_MATH_FLAGS, NHWC, target_alternatives
 
     class Proposer:
@@ -743,7 +747,7 @@ def test_the_target_layer_keeps_fast_math_only_when_correct_and_faster():
             r = Result(
                 problem=TINY, sample=4, backend="host-cpu", correct=correct, speedups={"tvm-default": s}
             )
-            r.extra["kernels"] = [{"kernel": "k", "median": us * 1e-6, "share": 1.0}]
+            r.kernels = kernel_times([{"kernel": "k", "median": us * 1e-6, "share": 1.0}])
             return r
 
         def record(self, **kw):
@@ -783,15 +787,12 @@ def test_starting_points_slower_than_tvm_default_are_dropped(monkeypatch):
     kept) and kept when it improves; not kept when it does not; nothing is judged when no starting point is
     slower, or when the slower kernel's decisions came from the kernel database (not a starting point)."""
     from edgekernelbench.agents import leka
-    from edgekernelbench.records import Result
+    from edgekernelbench.records import KernelTime, Result
 
     trace = [[["GetSBlock", [], [], []]], []]
-    profile = {
-        "kernels": [{"kernel": "a", "median": 1e-6}, {"kernel": "b", "median": 3e-6}],
-        "kernels:tvm-default": [{"kernel": "a", "median": 2e-6}, {"kernel": "b", "median": 2e-6}],
-    }
     start = Result(problem=TINY, sample=4, backend="host-cpu", correct=True, speedups={"tvm-default": 1.2})
-    start.extra.update(profile)
+    start.kernels = [KernelTime("a", 1e-6), KernelTime("b", 3e-6)]
+    start.baseline_kernels["tvm-default"] = [KernelTime("a", 2e-6), KernelTime("b", 2e-6)]
 
     class Ep:
         problem, method = get_problem(TINY), "leka"
@@ -838,7 +839,7 @@ def test_a_kernel_decision_is_kept_by_that_kernels_own_time(monkeypatch):
     from edgekernelbench.agents import leka
     from edgekernelbench.agents.proposers import Proposal
     from edgekernelbench.harness.api import TimingConfig
-    from edgekernelbench.records import Result
+    from edgekernelbench.records import Result, kernel_times
 
     trace = [[["GetSBlock", [], [], []]], []]
     rows = [
@@ -867,7 +868,7 @@ def test_a_kernel_decision_is_kept_by_that_kernels_own_time(monkeypatch):
             res = Result(problem=TINY, sample=4, backend="host-cpu", correct=correct)
             if correct:
                 res.speedups, res.speedup_ci = {"tvm-default": s}, {"tvm-default": [s * 0.99, s * 1.01]}
-                res.extra["kernels"] = [{"kernel": "k", "median": us * 1e-6, "share": 1.0}]
+                res.kernels = kernel_times([{"kernel": "k", "median": us * 1e-6, "share": 1.0}])
             self.profiled.append(kw["profile"])
             self.accepted.append(kw["accept"](res))
             self.progress.append(kw["progress"](res))

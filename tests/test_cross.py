@@ -286,7 +286,12 @@ def test_emulated_runs_judge_several_candidates_at_once(tmp_path):
     assert local_jobs("host-cpu", EvalConfig(jobs=4)) == 1
     assert local_jobs("host-cpu", EvalConfig(jobs=4, judge=JudgeConfig(measure=False))) == 4
     assert local_jobs("rpi4", EvalConfig(jobs=3)) == 3
-    assert 1 <= local_jobs("rpi4", EvalConfig(judge=JudgeConfig(threads=64))) <= local_jobs("rpi4", EvalConfig()) <= 4
+    assert (
+        1
+        <= local_jobs("rpi4", EvalConfig(judge=JudgeConfig(threads=64)))
+        <= local_jobs("rpi4", EvalConfig())
+        <= 4
+    )
     _require("rpi4")
     wrong = prim("for i, j in T.grid(4, 8):\n    out[i, j] = x[i, j] * w1[j]")
     right = prim("for i, j in T.grid(4, 8):\n    out[i, j] = x[i, j] * w1[j] + b3[j]")

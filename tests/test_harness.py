@@ -52,17 +52,17 @@ def test_correct_candidate_passes_and_is_timed():
     assert r.speedups["onnxruntime"] == pytest.approx(ratios[1])
     lo, hi = r.speedup_ci["onnxruntime"]
     assert lo <= r.speedups["onnxruntime"] <= hi and (lo, hi) == pytest.approx((ratios[0], ratios[2]))
-    env = r.extra["timing_env"]  # pinned to one CPU, with what the rest of the machine did meanwhile
-    assert env["pinned_cpu"] is not None and env["cpus"] == [env["pinned_cpu"]]
-    assert env["seconds"] > 0 and isinstance(env["disturbed"], bool)
+    env = r.timing_env  # pinned to one CPU, with what the rest of the machine did meanwhile
+    assert env.pinned_cpu is not None and env.cpus == [env.pinned_cpu]
+    assert env.seconds > 0 and isinstance(env.disturbed, bool)
     # the candidate and tvm-default: each in a runner of its own, timed around requests whose fixed cost
     # their rounds amortise, over the timing input sets in turn, some of their calls checked
     from edgekernelbench.harness.timing import MAX_ROUND_MS
 
     assert r.extra["runner"].startswith("separate process")
     round_ms = r.runtime.number * r.runtime.median * 1e3
-    assert env["request_overhead_us"] >= env["round_trip_us"] > 0
-    assert round_ms >= 0.9 * min(MAX_ROUND_MS, 100 * env["request_overhead_us"] / 1e3)
+    assert env.request_overhead_us >= env.round_trip_us > 0
+    assert round_ms >= 0.9 * min(MAX_ROUND_MS, 100 * env.request_overhead_us / 1e3)
     calls = r.extra["timed_calls"]
     assert calls["input_sets"] == 3 and calls["state_checks"] == len(cand) + 1
     where = [c["where"] for c in calls["calls_checked"]]
@@ -318,23 +318,23 @@ def test_a_profile_of_named_kernels_times_only_the_candidates_calls_of_them():
     kw = {"trials": 1, "timing": TimingConfig.quick(), "baselines": ("tvm-default",)}
     full = evaluate(pid, spec, profile=True, **kw)
     assert full.correct, full.detail
-    assert {k["kernel"] for k in full.extra["kernels"]} == {"fused_cast_subtract", "matmul"}
-    assert full.extra["kernels:tvm-default"]
+    assert {k.kernel for k in full.kernels} == {"fused_cast_subtract", "matmul"}
+    assert full.baseline_kernels["tvm-default"]
     one = evaluate(pid, spec, profile=["matmul"], **kw)
-    assert [k["kernel"] for k in one.extra["kernels"]] == ["matmul"] and one.extra["kernels"][0]["median"] > 0
-    assert "kernels:tvm-default" not in one.extra
+    assert [k.kernel for k in one.kernels] == ["matmul"] and one.kernels[0].median > 0
+    assert "tvm-default" not in one.baseline_kernels
     # a kernel main calls twice: every call in a full profile; named, its first call timed and both counted
     pid = "L1/tiny_matmul_twice"
     spec = rule_spec(get_problem(pid))
     full = evaluate(pid, spec, profile=True, **kw)
-    assert [(k["kernel"], k["calls"]) for k in full.extra["kernels"]] == [("matmul", 1), ("matmul", 1)]
+    assert [(k.kernel, k.calls) for k in full.kernels] == [("matmul", 1), ("matmul", 1)]
     one = evaluate(pid, spec, profile=["matmul"], **kw)
-    assert [(k["kernel"], k["calls"], k["share"]) for k in one.extra["kernels"]] == [("matmul", 2, 1.0)]
+    assert [(k.kernel, k.calls, k.share) for k in one.kernels] == [("matmul", 2, 1.0)]
     (row,) = profile_rows(one)
     # where the judgment's time went: the judge's phases, and what the parent waited for
     assert {"module", "verify", "correctness", "timing", "profile"} <= set(one.extra["phases"])
     assert set(one.extra["parent_phases"]) == {"started", "builder", "judge_after_builder"}
-    assert row["calls"] == 2 and abs(row["us"] - 2e6 * one.extra["kernels"][0]["median"]) < 1e-9
+    assert row["calls"] == 2 and abs(row["us"] - 2e6 * one.kernels[0].median) < 1e-9
 
 
 @pytest.mark.parametrize(

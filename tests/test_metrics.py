@@ -22,7 +22,7 @@ from edgekernelbench.metrics import (
     roofline,
     roofline_flags,
 )
-from edgekernelbench.records import Result
+from edgekernelbench.records import Result, Roofline
 
 
 def res(problem="L1/a", sample=0, correct=True, compiled=True, speedups=None, backend="llvm", **kw):
@@ -35,6 +35,10 @@ def res(problem="L1/a", sample=0, correct=True, compiled=True, speedups=None, ba
         speedups=dict(speedups or {}),
         **kw,
     )
+
+
+def roof(fraction, **kw):
+    return Roofline(1.0, 1.0, None, None, fraction, None, **kw)
 
 
 # --- pass@k --------------------------------------------------------------------------------------
@@ -156,9 +160,9 @@ def test_geomean():
 
 def test_mean_roofline_fraction():
     rs = [
-        res("L1/a", 0, extra={"roofline": {"fraction": 0.2}}),
-        res("L1/a", 1, extra={"roofline": {"fraction": 0.4}}),
-        res("L1/a", 2, correct=False, extra={"roofline": {"fraction": 0.9}}),
+        res("L1/a", 0, roofline=roof(0.2)),
+        res("L1/a", 1, roofline=roof(0.4)),
+        res("L1/a", 2, correct=False, roofline=roof(0.9)),
         res("L1/a", 3),
     ]
     assert mean_roofline_fraction(rs) == pytest.approx(0.3)
@@ -314,11 +318,11 @@ def test_roofline_above_the_roof_is_flagged_with_a_reason():
 
 def test_fractions_above_the_roof_are_counted_not_averaged():
     rs = [
-        res("L1/a", 0, extra={"roofline": {"fraction": 0.2}}),
-        res("L1/a", 1, extra={"roofline": {"fraction": 0.4}}),
-        res("L1/b", 0, extra={"roofline": {"fraction": 1.3, "flag": "above_roof", "reason": "x"}}),
-        res("L1/b", 1, extra={"roofline": {"fraction": 1.59}}),  # an older record: no flag, still above
-        res("L1/c", 0, correct=False, extra={"roofline": {"fraction": 2.0, "flag": "above_roof"}}),
+        res("L1/a", 0, roofline=roof(0.2)),
+        res("L1/a", 1, roofline=roof(0.4)),
+        res("L1/b", 0, roofline=roof(1.3, flag="above_roof", reason="x")),
+        res("L1/b", 1, roofline=roof(1.59)),  # an older record: no flag, still above
+        res("L1/c", 0, correct=False, roofline=roof(2.0, flag="above_roof")),
     ]
     assert mean_roofline_fraction(rs) == pytest.approx(0.3)
     assert roofline_flags(rs) == 2  # correct samples only

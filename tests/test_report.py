@@ -5,11 +5,12 @@ from __future__ import annotations
 import csv
 import io
 import json
+from dataclasses import replace
 
 import pytest
 from rich.console import Console
 
-from edgekernelbench.records import Result, Timing
+from edgekernelbench.records import Result, Roofline, Timing
 from edgekernelbench.report.render import (
     CSV_FIELDS,
     fmt_pct,
@@ -34,7 +35,7 @@ def r(problem, sample, backend="llvm", correct=True, compiled=True, speedups=Non
         correct=correct,
         speedups=dict(speedups or {}),
         runtime=Timing(1e-5, 0.0, 1e-5, 1e-5, 1, 1) if correct else None,
-        extra={"roofline": {"fraction": fraction}} if fraction is not None else {},
+        roofline=Roofline(1.0, 1.0, None, None, fraction, None) if fraction is not None else None,
         **kw,
     )
 
@@ -232,7 +233,9 @@ def test_ties_are_shown_next_to_fast_and_in_the_detail_table():
 
 def test_fractions_above_the_roof_are_a_count_in_the_report_not_in_the_mean():
     flagged = r("L1/b", 0, fraction=1.4)
-    flagged.extra["roofline"].update(flag="above_roof", reason="140% of the L2 roof (70 GB/s, ...)")
+    flagged.roofline = replace(
+        flagged.roofline, flag="above_roof", reason="140% of the L2 roof (70 GB/s, ...)"
+    )
     rs = [
         r("L1/a", 0, fraction=0.5),
         r("L1/a", 1, fraction=0.1),

@@ -229,7 +229,10 @@ def test_eval_routes_by_key_runs_devices_in_parallel_and_times_remotely(farm, tm
     from edgekernelbench.runs import EvalConfig, device_plan
 
     farm.wait_devices({KEY_A: 2, KEY_B: 1})
-    assert device_plan("host-cpu-rpc", EvalConfig(judge=JudgeConfig(tracker=farm.tracker))) == (farm.tracker, 2)
+    assert device_plan("host-cpu-rpc", EvalConfig(judge=JudgeConfig(tracker=farm.tracker))) == (
+        farm.tracker,
+        2,
+    )
     write_candidates(tmp_path, {0: CORRECT, 1: CORRECT, 2: CORRECT})
     write_candidates(tmp_path, {0: build_reference(get_problem(L1)).script()}, problem=L1)
     p = ekb(

@@ -12,7 +12,16 @@ import textwrap
 import pytest
 
 from edgekernelbench.errors import RunDirError
-from edgekernelbench.records import Correctness, Result, Timing
+from edgekernelbench.records import (
+    Correctness,
+    KernelTime,
+    Plausibility,
+    Result,
+    Roofline,
+    StatelessTiming,
+    Timing,
+    TimingEnv,
+)
 from edgekernelbench.store import SCHEMA_VERSION, RunStore
 
 
@@ -39,8 +48,13 @@ def full_result(problem="L1/dwconv3x3_kws", sample=0, backend="llvm") -> Result:
         spec_hash="abc123",
         method="test",
         oracle="onnx-reference",
+        roofline=Roofline(1e9, 2e9, 0.5, 3e9, 0.31, "memory", "L2", 4e9),
+        plausibility=Plausibility("plausible", 1.5e-5, stateless_ratio=0.9, bound_s=1e-6),
+        timing_env=TimingEnv(cpus=[1], other_cpus_busy=0.02, preemptions=3, seconds=0.4, pinned_cpu=1),
+        stateless=StatelessTiming(0.9, 1.3e-5, 1.5e-5, 15, [KernelTime("k", 1.3e-5)]),
+        kernels=[KernelTime("k", 1.4e-5, flops=123456, iqr=1e-7, share=1.0)],
+        baseline_kernels={"tvm-default": [KernelTime("k", 2e-5, share=1.0)]},
         extra={
-            "roofline": {"fraction": 0.31},
             "notes": ["x", 1],
             "onnxruntime_output": {"matches_oracle": False, "max_abs_err": 98304.0},
         },
@@ -84,6 +98,30 @@ def test_record_from_before_the_oracle_field_loads(tmp_path):
         (got,) = st.results(trust_unauthenticated=True)
     assert got.oracle == "" and got == Result.from_dict(record)
     assert got.extra["onnxruntime_output"]["matches_oracle"] is False
+
+
+def test_a_record_from_before_the_typed_fields_reads_them_from_extra():
+    """Before roofline, plausibility, timing_env, the stateless timing and the kernel profiles were fields
+    of Result, a record kept them in `extra` (a baseline's profile as "kernels:<name>"): read back into the
+    fields, the rest of extra kept; malformed profile rows (a runner's reply is hostile) are left out."""
+    new = full_result()
+    old = new.to_dict()
+    old["extra"] = {
+        **old["extra"],
+        "roofline": old.pop("roofline"),
+        "plausibility": old.pop("plausibility"),
+        "timing_env": old.pop("timing_env"),
+        "stateless_timing": old.pop("stateless"),
+        "kernels": old.pop("kernels"),
+        "kernels:tvm-default": old.pop("baseline_kernels")["tvm-default"] + [{"kernel": 3}, "junk"],
+    }
+    got = Result.from_dict(json.loads(json.dumps(old)))
+    assert got == new
+    assert got.implausible is False and got.roofline.level == "L2" and got.stateless.kernels[0].kernel == "k"
+    assert Result.from_dict(
+        {"problem": "p", "sample": 0, "backend": "b", "roofline": {"fraction": 2.0}}
+    ).roofline
+    assert Result.from_dict({"problem": "p", "sample": 0, "backend": "b"}).roofline is None
 
 
 def test_wal_mode(tmp_path):

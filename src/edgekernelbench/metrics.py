@@ -64,7 +64,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from .records import Result
+from .records import Result, Roofline
 
 __all__ = [
     "Aggregate",
@@ -132,9 +132,9 @@ def verdict(result: Result, p: float, baseline: str) -> str | None:
     s = result.speedups.get(baseline)
     if s is None or math.isnan(s):
         return None
-    if (result.extra.get("plausibility") or {}).get("status") == "implausible":
+    if result.implausible:
         return "implausible"  # faster than the machine allows, and a fresh judge did not confirm it
-    if above_roof(result.extra.get("roofline")) and not stateless_ok(result):
+    if above_roof(result.roofline) and not stateless_ok(result):
         return "implausible"  # above its roofline, and no timing without reuse confirmed its speed
     ci = result.speedup_ci.get(baseline)
     if not ci:
@@ -302,70 +302,40 @@ def stateless_ok(result: Result) -> bool:
     """The result's speed was confirmed without reuse of memory between calls: its kernels on poisoned
     outputs are no slower than STATE_FACTOR times its time (stateless timing), or a fresh judge confirmed
     an implausibly fast time ("implausible-confirmed")."""
-    plaus = result.extra.get("plausibility") or {}
-    ratio = plaus.get("stateless_ratio")
-    if plaus.get("status") == "implausible-confirmed":
-        return True
-    return isinstance(ratio, int | float) and not isinstance(ratio, bool) and ratio <= STATE_FACTOR
-
-
-def above_roof(roof: dict | None) -> bool:
-    """A roofline record (``Result.extra["roofline"]``) that claims more than its roof: flagged
-    "above_roof", or (a record from before flags existed) a fraction above 1."""
-    if not roof:
+    plaus = result.plausibility
+    if plaus is None:
         return False
-    f = roof.get("fraction")
-    over = isinstance(f, int | float) and not isinstance(f, bool) and math.isfinite(f) and f > 1.0
-    return roof.get("flag") == "above_roof" or over
+    if plaus.status == "implausible-confirmed":
+        return True
+    return plaus.stateless_ratio is not None and plaus.stateless_ratio <= STATE_FACTOR
+
+
+def above_roof(roof: Roofline | None) -> bool:
+    """A roofline record (``Result.roofline``) that claims more than its roof: flagged "above_roof", or (a
+    record from before flags existed) a fraction above 1."""
+    if roof is None:
+        return False
+    f = roof.fraction
+    over = f is not None and math.isfinite(f) and f > 1.0
+    return roof.flag == "above_roof" or over
 
 
 def mean_roofline_fraction(results: Iterable[Result]) -> float | None:
-    """Mean of ``extra["roofline"]["fraction"]`` over the correct samples that carry one, leaving out
-    those above their roof (a measurement error, not a result: counted by `roofline_flags`)."""
+    """Mean of ``Result.roofline.fraction`` over the correct samples that carry one, leaving out those
+    above their roof (a measurement error, not a result: counted by `roofline_flags`)."""
     vals = []
     for r in results:
-        if not r.correct:
-            continue
-        roof = r.extra.get("roofline") or {}
-        f = roof.get("fraction")
-        number = isinstance(f, int | float) and not isinstance(f, bool) and math.isfinite(f)
-        if number and not above_roof(roof):
-            vals.append(float(f))
+        roof = r.roofline
+        finite = roof is not None and roof.fraction is not None and math.isfinite(roof.fraction)
+        if r.correct and finite and not above_roof(roof):
+            vals.append(float(roof.fraction))
     return sum(vals) / len(vals) if vals else None
 
 
 def roofline_flags(results: Iterable[Result]) -> int:
     """How many correct samples are above their roof (see `above_roof`); `mean_roofline_fraction`
     leaves them out."""
-    return sum(1 for r in results if r.correct and above_roof(r.extra.get("roofline")))
-
-
-@dataclass(frozen=True)
-class Roofline:
-    achieved_flops: float  # FLOP/s
-    achieved_bw: float  # bytes/s
-    intensity: float | None  # FLOP/byte; None when bytes == 0 (inf intensity)
-    attainable_flops: float | None  # min of the known roofs; None when no roof applies
-    fraction: float | None  # achieved / attainable (memory-bound ops: achieved_bw / peak_bw)
-    bound: str | None  # "compute" | "memory" | None (unknown)
-    level: str | None = None  # memory level of the roof: "L1d", "L2", ..., "DRAM"; "memory" (one figure)
-    peak_bw: float | None = None  # bytes/s of that level: the memory roof used
-    flag: str | None = None  # "above_roof" when fraction > 1 (a measurement error, see `reason`)
-    reason: str | None = None  # one line: which roof, by how much, the likely cause
-
-    def to_dict(self) -> dict:
-        return {
-            "achieved_flops": self.achieved_flops,
-            "achieved_bw": self.achieved_bw,
-            "intensity": self.intensity,
-            "attainable_flops": self.attainable_flops,
-            "fraction": self.fraction,
-            "bound": self.bound,
-            "level": self.level,
-            "peak_bw": self.peak_bw,
-            "flag": self.flag,
-            "reason": self.reason,
-        }
+    return sum(1 for r in results if r.correct and above_roof(r.roofline))
 
 
 def mix_bandwidth(level: dict, bytes: float, bytes_written: float | None) -> float:
@@ -505,9 +475,9 @@ def roofline(
 
 def result_roofline(
     result: Result, peak: dict | None, bytes_written: float | None = None, integer: bool = False
-) -> dict | None:
+) -> Roofline | None:
     """`roofline` of a timed, correct result on a backend's peak record (runs.backend_peak: "flops",
-    "bandwidth", "levels", "int8_ops"), as the dict kept in ``Result.extra["roofline"]``; None when it has
+    "bandwidth", "levels", "int8_ops"), as kept in ``Result.roofline``; None when it has
     no time. `integer`: the problem computes on 8-bit integers (Problem.integer), whose compute roof is the
     backend's int8 dot-product peak where it has one ("int8_ops": VNNI), else its float FLOP/s."""
     if not (peak and result.correct and result.runtime):
@@ -520,4 +490,4 @@ def result_roofline(
         peak["bandwidth"],
         peak.get("levels"),  # absent in records from before per-level peaks
         bytes_written,
-    ).to_dict()
+    )

@@ -4,6 +4,7 @@ and the failure reasons. Every layer may import this module; it imports nothing 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 
 # Why a candidate failed. One reason per result; `detail` carries the text.
@@ -55,6 +56,148 @@ class Correctness:
     uncounted: list[str] = field(default_factory=list)  # trials left out: the oracle's output was not finite
 
 
+def _known(cls, d: dict) -> dict:
+    """The entries of `d` that are fields of the dataclass `cls` (a record written by a newer or older
+    judge may carry others: they are left out, never an error)."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return {k: v for k, v in d.items() if k in names}
+
+
+@dataclass(frozen=True)
+class Roofline:
+    """Where a timed candidate stands against the backend's roofs (metrics.roofline)."""
+
+    achieved_flops: float  # FLOP/s
+    achieved_bw: float  # bytes/s
+    intensity: float | None  # FLOP/byte; None when bytes == 0 (inf intensity)
+    attainable_flops: float | None  # min of the known roofs; None when no roof applies
+    fraction: float | None  # achieved / attainable (memory-bound ops: achieved_bw / peak_bw)
+    bound: str | None  # "compute" | "memory" | None (unknown)
+    level: str | None = None  # memory level of the roof: "L1d", "L2", ..., "DRAM"; "memory" (one figure)
+    peak_bw: float | None = None  # bytes/s of that level: the memory roof used
+    flag: str | None = None  # "above_roof" when fraction > 1 (a measurement error, see `reason`)
+    reason: str | None = None  # one line: which roof, by how much, the likely cause
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict | None) -> Roofline | None:
+        """A record's roofline; a field it lacks (an older record) is None."""
+        return cls(**{f.name: d.get(f.name) for f in dataclasses.fields(cls)}) if d else None
+
+
+@dataclass(frozen=True)
+class Plausibility:
+    """Whether a correct, timed candidate's speed is one it can have (harness/api.check_plausible)."""
+
+    status: str = "plausible"  # "plausible" | "implausible" | "implausible-confirmed" (a fresh judge agreed)
+    seconds: float | None = None  # the candidate's median time judged
+    stateless_ratio: float | None = None  # StatelessTiming.ratio
+    bound_s: float | None = None  # the physical bound (metrics.time_bound)
+    fresh_seconds: float | None = None  # a fresh judge's time (below the bound: judged again)
+    poisoned_seconds: float | None = None  # its kernels on outputs poisoned before every call
+    reason: str = ""
+
+    @property
+    def implausible(self) -> bool:
+        """Never counted fast (metrics.verdict); "implausible-confirmed" is not: the bound was off."""
+        return self.status == "implausible"
+
+    @classmethod
+    def from_dict(cls, d: dict | None) -> Plausibility | None:
+        return cls(**_known(cls, d)) if d else None
+
+
+@dataclass(frozen=True)
+class TimingEnv:
+    """What this machine did while a candidate was timed on it (harness/timing.MachineWatch)."""
+
+    cpus: list[int] = field(default_factory=list)  # the CPUs watched: every CPU but the timing one
+    other_cpus_busy: float | None = None  # their busy share over the timing (None: not readable)
+    preemptions: int | None = None  # context switches of the timing thread
+    seconds: float = 0.0  # how long the timing took
+    disturbed: bool = False  # other_cpus_busy above harness.timing.DISTURBED_BUSY
+    pinned_cpu: int | None = None  # the CPU the timing thread and the runners were pinned to
+    round_trip_us: float | None = None  # a request to the candidate's runner process and back (timed there)
+    request_overhead_us: float | None = None  # the fixed cost of a timed request, taken off its time
+
+    @classmethod
+    def from_dict(cls, d: dict | None) -> TimingEnv | None:
+        return cls(**_known(cls, d)) if d else None
+
+
+@dataclass(frozen=True)
+class KernelTime:
+    """One kernel of a module timed alone (a per-kernel profile: Runner.profile, the stateless timing)."""
+
+    kernel: str
+    median: float  # seconds per call
+    flops: int = 0
+    iqr: float = 0.0
+    calls: int = 1  # calls of it in one run of main
+    share: float = 0.0  # of the time of main's calls timed (median x calls)
+
+    @property
+    def per_run(self) -> float:
+        """Seconds per run of main in this kernel's calls."""
+        return self.median * self.calls
+
+    @classmethod
+    def from_dict(cls, d: dict) -> KernelTime:
+        return cls(**_known(cls, d))
+
+
+def kernel_times(rows) -> list[KernelTime]:
+    """`rows` (KernelTimes, or dicts from a store or a runner process) as KernelTimes; a row that is not
+    one (a runner runs the candidate's code: its replies are read as hostile) is left out."""
+    out = []
+    for r in rows if isinstance(rows, list) else []:
+        if isinstance(r, KernelTime):
+            out.append(r)
+            continue
+        if not (isinstance(r, dict) and isinstance(r.get("kernel"), str) and _number(r.get("median"))):
+            continue
+        num = {k: r[k] for k in ("flops", "iqr", "share") if _number(r.get(k))}
+        calls = r.get("calls") if isinstance(r.get("calls"), int) and r["calls"] >= 1 else 1
+        out.append(KernelTime(r["kernel"], float(r["median"]), calls=calls, **num))
+    return out
+
+
+def _number(v) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+
+
+@dataclass(frozen=True)
+class StatelessTiming:
+    """The candidate's kernels, each on outputs overwritten before every call, against its timed calls in
+    the same rounds (harness/runner.Runner.stateless): a ratio above metrics.STATE_FACTOR means it reuses
+    what earlier calls left in memory."""
+
+    ratio: float  # median over the rounds of kernels / timed calls
+    seconds: float  # the kernels' sum (median)
+    timed_s: float  # a timed call (median)
+    rounds: int
+    kernels: list[KernelTime] = field(default_factory=list)
+
+    @classmethod
+    def from_dict(cls, d: dict | None) -> StatelessTiming | None:
+        if not d or d.get("ratio") is None:
+            return None
+        d = _known(cls, d)
+        return cls(**{**d, "kernels": kernel_times(d.get("kernels"))})
+
+
+# Result fields that records from before them kept in `extra` under these keys (read back by from_dict)
+_MOVED_FROM_EXTRA = {
+    "roofline": "roofline",
+    "plausibility": "plausibility",
+    "timing_env": "timing_env",
+    "stateless_timing": "stateless",
+    "kernels": "kernels",
+}
+
+
 @dataclass
 class Result:
     problem: str
@@ -88,7 +231,17 @@ class Result:
     candidate_sha256: str = ""  # SHA-256 of the candidate's bytes as judged (its file, else its spec JSON)
     judge_version: str = ""  # the judge that gave the verdict (harness.job.judge_version())
     profile_sha256: str = ""  # SHA-256 of the backend profile the candidate was judged on (its content)
-    extra: dict = field(default_factory=dict)
+    roofline: Roofline | None = None  # against the backend's roofs (metrics.result_roofline)
+    plausibility: Plausibility | None = None  # a correct, timed candidate's (harness/api.check_plausible)
+    timing_env: TimingEnv | None = None  # what the machine did while it was timed (a local backend)
+    stateless: StatelessTiming | None = None  # its kernels on overwritten outputs vs its timed calls
+    kernels: list[KernelTime] = field(default_factory=list)  # per-kernel profile, when asked (Job.profile)
+    baseline_kernels: dict[str, list[KernelTime]] = field(default_factory=dict)  # each baseline's profile
+    extra: dict = field(default_factory=dict)  # the rest: phases, isolation, runner, backend's notes, ...
+
+    @property
+    def implausible(self) -> bool:
+        return bool(self.plausibility and self.plausibility.implausible)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -96,13 +249,25 @@ class Result:
     @classmethod
     def from_dict(cls, d: dict) -> Result:
         d = dict(d)
+        extra = dict(d.get("extra") or {})
+        for old, new in _MOVED_FROM_EXTRA.items():  # a record from before these were fields
+            if old in extra and d.get(new) in (None, [], {}):
+                d[new] = extra.pop(old)
+        for key in [k for k in extra if k.startswith("kernels:")]:
+            d.setdefault("baseline_kernels", {})[key.split(":", 1)[1]] = extra.pop(key)
+        d["extra"] = extra
         if d.get("correctness"):
             d["correctness"] = Correctness(**d["correctness"])
         if d.get("runtime"):
             d["runtime"] = Timing(**d["runtime"])
         d["baselines"] = {k: Timing(**v) for k, v in (d.get("baselines") or {}).items()}
-        known = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in known})
+        d["roofline"] = Roofline.from_dict(d.get("roofline"))
+        d["plausibility"] = Plausibility.from_dict(d.get("plausibility"))
+        d["timing_env"] = TimingEnv.from_dict(d.get("timing_env"))
+        d["stateless"] = StatelessTiming.from_dict(d.get("stateless"))
+        d["kernels"] = kernel_times(d.get("kernels"))
+        d["baseline_kernels"] = {k: kernel_times(v) for k, v in (d.get("baseline_kernels") or {}).items()}
+        return cls(**_known(cls, d))
 
     def failure(self, reason: str, detail: str) -> Result:
         self.correct = False

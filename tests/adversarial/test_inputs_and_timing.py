@@ -335,9 +335,9 @@ def test_outputs_kept_in_pooled_memory_are_found_by_the_stateless_timing(pad):
 
     r = judge("L1/tiny_matmul_128", output_cache_attack(pad=pad), timing=QUICK)
     assert r.correct, r.detail  # right outputs, every one of them
-    plaus = r.extra["plausibility"]
-    assert plaus["status"] == "implausible" and plaus["stateless_ratio"] > metrics.STATE_FACTOR, plaus
-    assert "reuses what earlier calls left in memory" in plaus["reason"]
+    plaus = r.plausibility
+    assert plaus.status == "implausible" and plaus.stateless_ratio > metrics.STATE_FACTOR, plaus
+    assert "reuses what earlier calls left in memory" in plaus.reason
     assert metrics.verdict(r, 0.0, "tvm-default") == "implausible" and not metrics.is_fast(
         r, 0.0, "tvm-default"
     )
@@ -352,5 +352,5 @@ def test_an_honest_kernels_stateless_timing_agrees_with_its_timed_calls():
         "        matmul[i, j] = matmul[i, j] + x[i, k] * w1[k, j]",
     )
     r = judge("L1/tiny_matmul_128", honest, timing=QUICK)
-    assert r.correct and r.extra["plausibility"]["status"] == "plausible", r.extra.get("plausibility")
-    assert r.extra["stateless_timing"]["kernels"][0]["kernel"] == "matmul"
+    assert r.correct and r.plausibility.status == "plausible", r.plausibility
+    assert r.stateless.kernels[0].kernel == "matmul"

@@ -69,9 +69,9 @@ def judge(body: str):
 def test_a_kernel_that_reuses_its_last_output_computes_on_rotated_inputs():
     r = judge(CACHING)
     assert r.correct, r.detail  # every correctness trial and every checked timed call computed
-    plaus = r.extra["plausibility"]
-    assert plaus["bound_s"] == 4194304 / 2e10
-    assert plaus["status"] == "plausible" and plaus["seconds"] >= 0.5 * plaus["bound_s"], plaus
+    plaus = r.plausibility
+    assert plaus.bound_s == 4194304 / 2e10
+    assert plaus.status == "plausible" and plaus.seconds >= 0.5 * plaus.bound_s, plaus
 
 
 def test_a_result_faster_than_the_bound_is_judged_again_and_never_fast_unless_confirmed():
@@ -95,10 +95,10 @@ def test_a_result_faster_than_the_bound_is_judged_again_and_never_fast_unless_co
         baselines=["tvm-default"],
     )
     honest.runtime = replace(honest.runtime, median=1e-6)
-    honest.extra.pop("plausibility", None)
+    honest.plausibility = None
     r = check_plausible(honest, job, Limits(timeout_s=300, memory_mb=4096), PEAK)
-    plaus = r.extra["plausibility"]
-    assert plaus["status"] == "implausible" and plaus["poisoned_seconds"] >= 0.5 * plaus["bound_s"], plaus
+    plaus = r.plausibility
+    assert plaus.status == "implausible" and plaus.poisoned_seconds >= 0.5 * plaus.bound_s, plaus
     assert metrics.verdict(r, 1.0, "tvm-default") == "implausible"
     assert not metrics.is_fast(r, 0.0, "tvm-default")
 
@@ -106,7 +106,7 @@ def test_a_result_faster_than_the_bound_is_judged_again_and_never_fast_unless_co
 def test_an_honest_kernel_is_plausible():
     r = judge(HONEST)
     assert r.correct, r.detail
-    assert r.extra["plausibility"]["status"] == "plausible", r.extra["plausibility"]
+    assert r.plausibility.status == "plausible", r.plausibility
     assert metrics.verdict(r, 0.0, "tvm-default") in ("fast", "tie", "slow")
 
 

@@ -64,7 +64,7 @@ class AgentConfig:
 
 def score(res: Result) -> float | None:
     """How good a result is for an agent: its speedup over tvm-default when correct and plausible."""
-    if not res.correct or (res.extra.get("plausibility") or {}).get("status") == "implausible":
+    if not res.correct or res.implausible:
         return None
     s = res.speedups.get(OBJECTIVE)
     return float(s) if s is not None else (1.0 if res.runtime is None else None)
@@ -75,13 +75,11 @@ def profile_rows(res: Result) -> list[dict]:
     the microseconds per run of main in that row's calls ("calls" of them: a profile of named kernels
     times one call of each and counts the others, harness/runner.py), "gflops" per call."""
     rows = []
-    for k in res.extra.get("kernels") or []:
-        per_call = float(k.get("median") or 0.0) * 1e6
-        calls = int(k.get("calls") or 1)
-        flops = k.get("flops")
-        gflops = (flops / (per_call * 1e-6) / 1e9) if flops and per_call > 0 else None
-        row = {"kernel": k["kernel"], "share": float(k.get("share") or 0.0), "us": per_call * calls}
-        rows.append({**row, "calls": calls, "gflops": gflops})
+    for k in res.kernels:
+        per_call = k.median * 1e6
+        gflops = (k.flops / k.median / 1e9) if k.flops and k.median > 0 else None
+        row = {"kernel": k.kernel, "share": k.share, "us": per_call * k.calls}
+        rows.append({**row, "calls": k.calls, "gflops": gflops})
     return sorted(rows, key=lambda r: -r["share"])
 
 
@@ -89,7 +87,7 @@ def verdict_text(res: Result) -> str:
     """The judge's verdict in one line, for feedback and the trajectory."""
     if res.correct:
         s = ", ".join(f"{b} {v:.3f}x" for b, v in sorted(res.speedups.items()))
-        plaus = (res.extra.get("plausibility") or {}).get("status")
+        plaus = res.plausibility.status if res.plausibility else None
         extra = f"; {plaus}" if plaus and plaus != "plausible" else ""
         return f"correct; speedups {s or 'not measured'}{extra}"
     return f"{res.reason}: {(res.detail or '').strip().splitlines()[0][:300] if res.detail else ''}"

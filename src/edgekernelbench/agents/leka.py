@@ -584,12 +584,11 @@ def _slower_than_default(res, started: list[str]) -> set[str]:
 
     def per_kernel(rows) -> dict[str, float]:
         out: dict[str, float] = {}
-        for r in rows or []:
-            per_run = float(r.get("median") or 0.0) * int(r.get("calls") or 1)
-            out[r["kernel"]] = out.get(r["kernel"], 0.0) + per_run
+        for r in rows:
+            out[r.kernel] = out.get(r.kernel, 0.0) + r.per_run
         return out
 
-    mine, default = per_kernel(res.extra.get("kernels")), per_kernel(res.extra.get("kernels:tvm-default"))
+    mine, default = per_kernel(res.kernels), per_kernel(res.baseline_kernels.get("tvm-default", []))
     return {k for k in started if k in mine and default.get(k, 0.0) > 0 and mine[k] > SLOWER_BY * default[k]}
 
 

@@ -80,9 +80,7 @@ def _store_final(store, run_dir: Path, label: str, spec, res, cfg: AgentConfig, 
     res = copy.deepcopy(res)
     res.sample, res.method, res.candidate, res.spec_hash = k, spec.method, str(path), spec.hash()
     problem = get_problem(res.problem)
-    roof = metrics.result_roofline(res, cfg.peak, problem.cost.bytes_written, problem.integer)
-    if roof:
-        res.extra["roofline"] = roof
+    res.roofline = metrics.result_roofline(res, cfg.peak, problem.cost.bytes_written, problem.integer)
     store.put(res)
 
 

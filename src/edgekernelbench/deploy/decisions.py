@@ -132,9 +132,7 @@ def run_offers(run_dir: Path, backend: str) -> tuple[dict[str, list[Offer]], lis
         raise DeployError(f"--from {run_dir}: no run store ({DB_NAME}) there")
     with RunStore(run_dir) as store:
         results = store.results(backend=backend)
-    correct = [
-        r for r in results if r.correct and (r.extra.get("plausibility") or {}).get("status") != "implausible"
-    ]
+    correct = [r for r in results if r.correct and not r.implausible]
     notes: list[str] = []
     if not correct:
         notes.append(f"run {run_dir}: no correct candidate on {backend}")

@@ -13,7 +13,7 @@ from pathlib import Path
 from ..backends.base import BackendProfile
 from ..files import sha256_hex
 from ..ir.spec import KernelSpec, read_candidate
-from ..records import Result
+from ..records import Plausibility, Result
 from .config import JudgeConfig
 from .confine import confine_command
 from .isolation import Limits, run_in_worker, warm_judge
@@ -132,7 +132,7 @@ def profile_digest(profile: BackendProfile) -> str:
 
 
 def check_plausible(res: Result, job: Job, limits: Limits, peak: dict | None) -> Result:
-    """Whether a correct, timed candidate's speed is one it can have, recorded in extra["plausibility"]:
+    """Whether a correct, timed candidate's speed is one it can have, recorded in Result.plausibility:
 
     1. Stateless timing (the host CPU; harness/evaluate.py): its kernels, each timed alone on outputs
        overwritten before every call, must not take more than metrics.STATE_FACTOR times its time through
@@ -147,32 +147,28 @@ def check_plausible(res: Result, job: Job, limits: Limits, peak: dict | None) ->
 
     if not (res.correct and res.runtime):
         return res
-    record: dict = {"seconds": res.runtime.median, "status": "plausible"}
-    stateless = res.extra.get("stateless_timing") or {}
-    ratio = stateless.get("ratio")
-    if isinstance(ratio, float) and ratio > 0:
-        record["stateless_ratio"] = ratio
-        if ratio > metrics.STATE_FACTOR:
-            record.update(
-                status="implausible",
-                reason=(
-                    f"its kernels, each on outputs overwritten before every call, take "
-                    f"{stateless['seconds'] * 1e6:.3g} us; its timed calls {stateless['timed_s'] * 1e6:.3g} "
-                    f"us in the same rounds ({ratio:.3g}x faster, more than {metrics.STATE_FACTOR}x): it "
-                    "reuses what earlier calls left in memory"
-                ),
-            )
-            log.warning("%s#%d on %s: %s", job.problem, job.sample, job.backend, record["reason"])
-            res.extra["plausibility"] = record
-            return res
+    stateless = res.stateless
+    if stateless is not None and stateless.ratio > metrics.STATE_FACTOR:
+        reason = (
+            "its kernels, each on outputs overwritten before every call, take "
+            f"{stateless.seconds * 1e6:.3g} us; its timed calls {stateless.timed_s * 1e6:.3g} us in the same "
+            f"rounds ({stateless.ratio:.3g}x faster, more than {metrics.STATE_FACTOR}x): it reuses what "
+            "earlier calls left in memory"
+        )
+        log.warning("%s#%d on %s: %s", job.problem, job.sample, job.backend, reason)
+        res.plausibility = Plausibility(
+            "implausible", res.runtime.median, stateless_ratio=stateless.ratio, reason=reason
+        )
+        return res
+    ratio = stateless.ratio if stateless is not None else None
+    res.plausibility = Plausibility("plausible", res.runtime.median, stateless_ratio=ratio)
     if not (peak and peak.get("flops")):
-        res.extra["plausibility"] = record
         return res
     problem = get_problem(job.problem)
     bound = metrics.time_bound(
         res.flops, res.bytes, peak["flops"], peak.get("bandwidth"), peak.get("levels") or (), problem.integer
     )
-    record["bound_s"] = bound
+    res.plausibility = replace(res.plausibility, bound_s=bound)
     if metrics.implausible(res.runtime.median, bound):
         fresh = run_in_worker(replace(job, confirm=True), limits)
         poisoned = (fresh.extra.get("confirm") or {}).get("seconds")
@@ -183,7 +179,8 @@ def check_plausible(res: Result, job: Job, limits: Limits, peak: dict | None) ->
             and metrics.implausible(fresh.runtime.median, bound)
             and metrics.implausible(poisoned, bound)
         )
-        record.update(
+        res.plausibility = replace(
+            res.plausibility,
             status="implausible-confirmed" if confirmed else "implausible",
             fresh_seconds=fresh.runtime.median if fresh.runtime else None,
             poisoned_seconds=poisoned,
@@ -197,8 +194,7 @@ def check_plausible(res: Result, job: Job, limits: Limits, peak: dict | None) ->
                 )
             ),
         )
-        log.warning("%s#%d on %s: %s", job.problem, job.sample, job.backend, record["reason"])
-    res.extra["plausibility"] = record
+        log.warning("%s#%d on %s: %s", job.problem, job.sample, job.backend, res.plausibility.reason)
     return res
 
 

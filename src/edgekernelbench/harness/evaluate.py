@@ -22,7 +22,7 @@ from ..errors import (
     last_line,
 )
 from ..executor import GraphError, KernelFault
-from ..records import Correctness, Result
+from ..records import Correctness, Result, StatelessTiming, TimingEnv, kernel_times
 from .inputs import TYPICAL, InputPlan, fresh_seed, output_scales
 from .job import Job
 from .runner import CandidateBuildError, Runner, RunnerDied, RunnerProxy, start_runner
@@ -546,7 +546,7 @@ def _judge(job, res, runner, problem, oracle, session, baselines, backend, laps,
     res.runtime = timings.pop("candidate")
     if checks is not None:  # what its kernels cost with nothing left from an earlier call (harness/api.py)
         rounds = int(min(STATELESS_ROUNDS, max(5, STATELESS_BUDGET_S / max(2 * res.runtime.median, 1e-9))))
-        res.extra["stateless_timing"] = runner.stateless(rounds)
+        res.stateless = StatelessTiming.from_dict(runner.stateless(rounds))
         laps.mark("stateless")
     res.baselines = timings
     for n, t in timings.items():
@@ -565,10 +565,10 @@ def _judge(job, res, runner, problem, oracle, session, baselines, backend, laps,
         rounds = max(3, job.timing["rounds"] // 3)  # kernels side by side: no pair to resolve
         profile_cfg = TimingConfig(**{**job.timing, "rounds": rounds, "max_rounds": 0})
         only = list(job.profile) if isinstance(job.profile, list) else None
-        res.extra["kernels"] = runner.profile(sets[0], profile_cfg, only)
+        res.kernels = kernel_times(runner.profile(sets[0], profile_cfg, only))
         laps.mark("profile")
         for name, runner_b in baseline_runners.items() if only is None else ():
-            res.extra[f"kernels:{name}"] = runner_b.profile(sets[0], profile_cfg)
+            res.baseline_kernels[name] = kernel_times(runner_b.profile(sets[0], profile_cfg))
     return _done(res, laps)
 
 
@@ -620,7 +620,7 @@ def _time_here(contenders: dict, job: Job, backend, res: Result, runners=(), che
     """The timing protocol (`checks`: between its rounds, harness.timing.time_interleaved); on this
     machine (a local backend) with one thread, the timing thread is pinned to its CPU first, and so are the
     runners (`runners`: the contenders' processes), and what else the machine did meanwhile is recorded in
-    extra["timing_env"]."""
+    Result.timing_env."""
     cfg = TimingConfig(**job.timing)
     if backend.profile.run != "local":  # timed on a device: this machine's load is not its load
         return time_interleaved(contenders, cfg)
@@ -631,10 +631,9 @@ def _time_here(contenders: dict, job: Job, backend, res: Result, runners=(), che
                 runner.pin(pinned)
     with MachineWatch() as watch:
         timings = time_interleaved(contenders, cfg, between=checks)
-    res.extra["timing_env"] = {**watch.summary(), "pinned_cpu": pinned}
     measured = getattr(contenders.get("candidate"), "measured", None)  # timed in its own process
-    if measured is not None:
-        res.extra["timing_env"].update(measured())
+    env = {**watch.summary(), "pinned_cpu": pinned, **(measured() if measured is not None else {})}
+    res.timing_env = TimingEnv.from_dict(env)
     return timings
 
 

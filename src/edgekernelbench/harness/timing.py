@@ -256,7 +256,7 @@ def _affinity() -> set[int]:
 class MachineWatch:
     """Records, around a timing, how busy the machine's other CPUs were (their busy ticks in /proc/stat,
     10 ms resolution) and how often this process was preempted (involuntary context switches). The
-    result (`summary()`) goes into Result.extra["timing_env"]; "disturbed" is set when the other CPUs
+    result (`summary()`) goes into Result.timing_env; "disturbed" is set when the other CPUs
     were busy more than DISTURBED_BUSY of the time: on a 2-core VM a busy neighbour core slows some
     kernels far more than others (measured here: 30-40 % on an L1-resident loop), which no statistic
     over the rounds can undo. Off Linux the figures are absent (None)."""

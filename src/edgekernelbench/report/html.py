@@ -393,11 +393,10 @@ def roofline_points(results: Sequence[Result]) -> tuple[list[dict], int]:
     for r in results:
         if not (r.correct and r.runtime is not None and r.runtime.median > 0):
             continue
-        roof = r.extra.get("roofline") or {}
-        flops = (
-            roof.get("achieved_flops") if _finite(roof.get("achieved_flops")) else r.flops / r.runtime.median
-        )
-        intensity = roof.get("intensity")
+        roof = r.roofline
+        achieved = roof.achieved_flops if roof else None
+        flops = achieved if _finite(achieved) else r.flops / r.runtime.median
+        intensity = roof.intensity if roof else None
         if not _finite(intensity):
             intensity = r.flops / r.bytes if r.bytes else None
         if not (flops and flops > 0 and intensity and intensity > 0):
@@ -683,7 +682,7 @@ def problem_rows(runs: Sequence[RunData], baselines: Sequence[str]) -> tuple[lis
                     found[key] = (text[0], f"src{len(texts)}")
                     texts[f"src{len(texts)}"] = text[1]
             kind, source_id = found[key] or (None, None)
-            roof = r.extra.get("roofline") or {}
+            fraction = r.roofline.fraction if r.roofline else None
             full = (r.detail or "").strip()
             detail_id = None
             if full and full != row["detail"]:
@@ -695,8 +694,8 @@ def problem_rows(runs: Sequence[RunData], baselines: Sequence[str]) -> tuple[lis
                     "run": run.label,
                     "level": level_label(metrics.level_of(r.problem)),
                     "method": r.method or "",
-                    "roofline": roof.get("fraction") if r.correct and _finite(roof.get("fraction")) else None,
-                    "above_roof": r.correct and metrics.above_roof(roof),
+                    "roofline": fraction if r.correct and _finite(fraction) else None,
+                    "above_roof": r.correct and metrics.above_roof(r.roofline),
                     "source_id": source_id,
                     "source_kind": kind,
                     "detail_id": detail_id,
@@ -762,13 +761,12 @@ def _timing_lines(run: RunData) -> list[str]:
     if timed:
         counts = sorted({r.runtime.count for r in timed})
         rounds = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
-        pinned = sorted(
-            {str(p) for r in timed if (p := (r.extra.get("timing_env") or {}).get("pinned_cpu")) is not None}
-        )
+        envs = [r.timing_env for r in timed if r.timing_env]
+        pinned = sorted({str(e.pinned_cpu) for e in envs if e.pinned_cpu is not None})
         timers = sorted(
             {str(t.get("timer")) for r in timed if isinstance(t := r.extra.get("onnxruntime_timer"), dict)}
         )
-        busy = sum(1 for r in timed if (r.extra.get("timing_env") or {}).get("disturbed"))
+        busy = sum(1 for r in timed if r.timing_env and r.timing_env.disturbed)
         lines.append(
             f"{len(timed)} timed sample(s): {rounds} rounds each, paired with every baseline; speedup = "
             "median of the per-round ratios, fast at p when its 95% interval lies above p"

@@ -211,9 +211,9 @@ def above_roof_lines(results: Iterable[Result]) -> list[str]:
     fraction), sorted: which sample, and the record's reason (which roof, by how much, likely cause)."""
     lines = []
     for r in sorted(results, key=lambda r: (r.backend, r.problem, r.sample)):
-        roof = r.extra.get("roofline")
+        roof = r.roofline
         if r.correct and metrics.above_roof(roof):
-            why = roof.get("reason") or f"fraction {roof['fraction']:.3g} (recorded before roofs had flags)"
+            why = roof.reason or f"fraction {roof.fraction:.3g} (recorded before roofs had flags)"
             lines.append(f"above roof: {r.problem} sample {r.sample} on {r.backend}: {why}")
     return lines
 
@@ -221,7 +221,7 @@ def above_roof_lines(results: Iterable[Result]) -> list[str]:
 def timing_disturbed(r: Result) -> bool:
     """The sample was timed while the machine's other CPUs were busy (harness/timing.py MachineWatch):
     its speedups may not reproduce on a quiet machine."""
-    return bool(r.runtime is not None and (r.extra.get("timing_env") or {}).get("disturbed"))
+    return bool(r.runtime is not None and r.timing_env and r.timing_env.disturbed)
 
 
 def sample_status(r: Result) -> str:
@@ -336,16 +336,15 @@ def timing_lines(results, p: float) -> list[str]:
             f"interval of their speedup contains {p:g}, so they count as neither fast nor slow"
         )
     for r in timed:
-        if not (r.extra.get("plausibility") or {}).get("status", "").startswith("implausible"):
-            continue
-        lines.append(f"note: {r.problem}#{r.sample} on {r.backend}: {r.extra['plausibility']['reason']}")
+        if r.plausibility and r.plausibility.status.startswith("implausible"):
+            lines.append(f"note: {r.problem}#{r.sample} on {r.backend}: {r.plausibility.reason}")
     busy = [r for r in timed if timing_disturbed(r)]
     if busy:
-        share = max((r.extra["timing_env"].get("other_cpus_busy") or 0.0) for r in busy)
+        share = max((r.timing_env.other_cpus_busy or 0.0) for r in busy if r.timing_env)
         lines.append(
             f"note: {len(busy)} of {len(timed)} timed sample(s) were timed while the machine's other CPUs "
             f"were busy (up to {share:.0%} of the time): their speedups may not reproduce on a quiet machine "
-            f"(extra.timing_env in each result)"
+            f"(timing_env in each result)"
         )
     return lines
 

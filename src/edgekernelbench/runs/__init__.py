@@ -232,9 +232,7 @@ def eval_run(
             peak = backend_peak(store, cfg.profile(backend), cfg.judge.threads) if measured else None
             for _ref, res in _evaluate_all(todo, backend, cfg, tracker, workers, peak):
                 problem = get_problem(res.problem)
-                roof = metrics.result_roofline(res, peak, problem.cost.bytes_written, problem.integer)
-                if roof:
-                    res.extra["roofline"] = roof
+                res.roofline = metrics.result_roofline(res, peak, problem.cost.bytes_written, problem.integer)
                 store.put(res)
                 counts["evaluated"] += 1
                 counts["correct"] += int(res.correct)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 
 from ..backends.base import BackendProfile
@@ -129,11 +130,11 @@ def measure_baselines(
                     backend_name,
                     "reference",
                     res.runtime,
-                    {**extra, "kernels": res.extra.get("kernels")},
+                    {**extra, "kernels": [asdict(k) for k in res.kernels]},
                 )
                 times["reference"] = res.runtime.median
                 for name, t in res.baselines.items():
-                    more = {"kernels": res.extra.get(f"kernels:{name}")}
+                    more = {"kernels": [asdict(k) for k in res.baseline_kernels.get(name, [])]}
                     if name == "onnxruntime":  # "host" or "device"
                         more["on"] = res.extra.get("onnxruntime_on")
                         more["output"] = res.extra.get("onnxruntime_output")  # vs the oracle (host only)
