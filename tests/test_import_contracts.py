@@ -116,6 +116,7 @@ def test_every_module_is_allowed_to_agents_or_forbidden():
         "edgekernelbench.kerneldb",
         "edgekernelbench.metrics",
         "edgekernelbench.rundir",
+        "edgekernelbench.exports",
     ]
     forbidden = CONTRACTS["agents"]["forbidden_modules"]
     packages = {"edgekernelbench", "edgekernelbench.harness", "edgekernelbench.ir"}  # docstrings only
