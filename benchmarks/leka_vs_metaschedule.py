@@ -1,7 +1,7 @@
 """LEKA's offline search against TVM's MetaSchedule, side by side in one run, at N measured trials.
 
     .venv/bin/python benchmarks/leka_vs_metaschedule.py [--n 8 --n 32] [--level 1] [--subset agent]
-        [--problem L1/a ...] [--out runs/leka_vs_ms] [--json out.json] [--md docs/leka_vs_metaschedule.md]
+        [--problem L1/a ...] [--out runs/leka_vs_ms] [--quick] [--results NAME]
 
 For each N, one `ekb agent --methods leka,metaschedule --budget N --trials N --no-reuse` run (host CPU,
 1 thread; LEKA: N judge evaluations; MetaSchedule: N tuning trials measured by its own runner, then its
@@ -12,19 +12,19 @@ ONNX Runtime (the judge's paired estimate), its roofline fraction, the trials us
 then the issue's bars (geomean at N = 32 at least MetaSchedule's in at most half its wall time; ahead at
 N = 8; Fast@1.0 vs ONNX Runtime on >= 60 % with geomean > 1).
 Existing runs resume (`ekb agent` skips finished problems), so an interrupted benchmark continues.
+Writes results/leka_vs_metaschedule.json (benchmarks/results_io.py; `--results NAME` another name), which
+benchmarks/render_results.py renders into docs/results.md.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import subprocess
 import sys
-from datetime import date
 from pathlib import Path
 
-from stability import cpu_model  # benchmarks/stability.py, beside this script
+import results_io  # benchmarks/results_io.py, beside this script
 
 from edgekernelbench import metrics
 from edgekernelbench.problems import select
@@ -179,8 +179,7 @@ def main(argv=None) -> int:
     ap.add_argument("--problem", action="append", default=[])
     ap.add_argument("--out", type=Path, default=Path("runs/leka_vs_ms"))
     ap.add_argument("--quick", action="store_true", help="the judge's short timing protocol")
-    ap.add_argument("--json", type=Path)
-    ap.add_argument("--md", type=Path)
+    ap.add_argument("--results", default="leka_vs_metaschedule", help="results/NAME.json to write")
     args = ap.parse_args(argv)
     ns = args.n or [8, 32]
     problems = [p.id for p in select(level=args.level, subset=args.subset, ids=args.problem or None)]
@@ -188,17 +187,63 @@ def main(argv=None) -> int:
         print("no problems selected", file=sys.stderr)
         return 2
     results = {n: rows(run(n, problems, args.out, args.quick)) for n in ns}
-    header = (
-        f"LEKA (offline) vs MetaSchedule, {date.today().isoformat()}, {cpu_model()}, host CPU, 1 thread, "
-        f"{len(problems)} problem(s)"
-    )
-    text = markdown(results, header)
-    print(text)
-    if args.json:
-        args.json.write_text(json.dumps({"header": header, "runs": results}, indent=1))
-    if args.md:
-        args.md.write_text(text)
+    header = f"LEKA (offline) vs MetaSchedule, host CPU, 1 thread, {len(problems)} problem(s)"
+    print(markdown(results, header))
+    path = results_io.write(args.results, record(results, problems, args.quick))
+    print(f"wrote {path}")
     return 0
+
+
+def record(results: dict[int, list[dict]], problems: list[str], quick: bool) -> dict:
+    """The results file: per N, each method's totals and the per-problem rows; the headline at the largest N."""
+    n = max(results)
+    t = totals(results[n])
+    lk, ms = t.get("leka", {}), t.get("metaschedule", {})
+    figure = (
+        f"N = {n}: LEKA {fmt(lk.get('geomean_vs_tvm_default'))} vs MetaSchedule "
+        f"{fmt(ms.get('geomean_vs_tvm_default'))} over tvm-default (geomean, {len(problems)} problems), "
+        f"wall {lk.get('wall_s', 0):.0f} s vs {ms.get('wall_s', 0):.0f} s; LEKA vs ONNX Runtime "
+        f"{fmt(lk.get('geomean_vs_onnxruntime'))}, Fast@1.0 {100 * lk.get('fast_vs_onnxruntime', 0):.0f}%"
+    )
+    table = {
+        "columns": [
+            "N",
+            "problem",
+            "method",
+            "vs tvm-default",
+            "vs ONNX Runtime",
+            "roofline",
+            "trials",
+            "wall s",
+        ],
+        "rows": [
+            [
+                k,
+                r["problem"],
+                r["method"],
+                r["vs_tvm_default"],
+                r["vs_onnxruntime"],
+                r["roofline"],
+                r["trials"],
+                r["wall_s"],
+            ]
+            for k, rs in sorted(results.items())
+            for r in rs
+        ],
+    }
+    return {
+        "title": "LEKA against MetaSchedule at equal trials",
+        "about": "LEKA's offline search and TVM's MetaSchedule, each given N measured trials per problem, "
+        "problem by problem in one run; each final candidate judged afresh against tvm-default and ONNX Runtime.",
+        "headline": {"what": "LEKA vs MetaSchedule, equal trials", "figure": figure},
+        "machine": results_io.machine(),
+        "protocol": ("the search's short protocol" if quick else "the judge's full protocol")
+        + "; each method's final candidate judged afresh with the full protocol",
+        "problems": problems,
+        "totals": {str(k): totals(rs) for k, rs in sorted(results.items())},
+        "bars": bars(results),
+        "table": table,
+    }
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ harness's timing protocol), and compares the two runs candidate by candidate:
 - the same figures for the old estimator (ratio of the medians, every verdict on the point estimate)
   computed from the same rounds, so the two estimators are compared on identical data.
 
---reuse compares existing RUN/a and RUN/b without judging again. The target (issue 9): speedups within
+--reuse compares existing RUN/a and RUN/b without judging again. The target: speedups within
 +-5 % for at least 90 % of the candidates, Fast@1.0 within +-2 points.
 """
 

@@ -5,7 +5,7 @@
 Runs `ekb agent --methods leka --budget N --quick --no-reuse --suite zoo` (host CPU, 1 thread, offline;
 resumable: a finished run is only read again), then reads its store (benchmarks/leka_alone.py): per model,
 correct, LEKA's time and ONNX Runtime's with the paired 95% interval, the speedups, the judgments used.
-Then the bars of issue 48: Correct@1 100%, faster than ONNX Runtime (whole interval above 1) on at least
+Then the bars the zoo is held to: Correct@1 100%, faster than ONNX Runtime (whole interval above 1) on at least
 60% of the zoo, geomean at least 1.0. Writes results/zoo.json (benchmarks/results_io.py).
 """
 

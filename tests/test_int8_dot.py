@@ -133,9 +133,9 @@ def test_an_integer_problem_is_held_to_the_int8_roof_where_the_backend_has_one()
     res.flops, res.bytes = 4e6, 1e3
     res.runtime = Timing(median=1e-4, iqr=0.0, min=1e-4, max=1e-4, count=1, number=1)
     peak = {"flops": 1e11, "bandwidth": 1e12, "int8_ops": 4e11}
-    assert result_roofline(res, peak, integer=True)["attainable_flops"] == 4e11
-    assert result_roofline(res, peak)["attainable_flops"] == 1e11
-    assert result_roofline(res, {"flops": 1e11, "bandwidth": 1e12}, integer=True)["attainable_flops"] == 1e11
+    assert result_roofline(res, peak, integer=True).attainable_flops == 4e11
+    assert result_roofline(res, peak).attainable_flops == 1e11
+    assert result_roofline(res, {"flops": 1e11, "bandwidth": 1e12}, integer=True).attainable_flops == 1e11
     assert measure_int8_ops({"kind": "llvm", "mcpu": "haswell"}) is None  # no VNNI: no int8 roof
     if vnni_available():
         from edgekernelbench.search.rules import build_target

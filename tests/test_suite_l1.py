@@ -239,13 +239,13 @@ def test_perturbations_change_every_weight_kind():
         assert not np.array_equal(new, arr), arr
 
 
-def test_readme_lists_every_problem():
+def test_the_suite_page_lists_every_problem():
     from pathlib import Path
 
-    from edgekernelbench.problems.docs import README_END, README_START, readme_suite_markdown
+    from edgekernelbench.problems.docs import SUITE_END, SUITE_PAGE, SUITE_START, suite_list_markdown
 
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
-    section = readme[readme.index(README_START) + len(README_START) : readme.index(README_END)]
-    assert section.strip() == readme_suite_markdown().strip(), (
-        "README suite section is stale: run python -m edgekernelbench.problems.docs --readme"
+    page = (Path(__file__).parent.parent / SUITE_PAGE).read_text()
+    section = page[page.index(SUITE_START) + len(SUITE_START) : page.index(SUITE_END)]
+    assert section.strip() == suite_list_markdown().strip(), (
+        f"{SUITE_PAGE}'s list of problems is stale: run python -m edgekernelbench.problems.docs --suite-page"
     )

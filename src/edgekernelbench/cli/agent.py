@@ -57,7 +57,9 @@ from .common import _profiles, console
     help="MetaSchedule: measured trials per problem [default: --budget].",
 )
 @click.option(
-    "--quick", is_flag=True, help="Short timing protocol for the search's judgments (9 rounds of 10 ms)."
+    "--quick",
+    is_flag=True,
+    help="Short timing protocol for the search's judgments (9 rounds of 8 ms; up to 27 while they disagree).",
 )
 @click.option(
     "--agent-cmd",

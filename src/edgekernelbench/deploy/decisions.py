@@ -20,8 +20,8 @@ the workload it has there.
 
 A decision is used when it was recorded with this TVM version, replays on the kernel (its layers, in order)
 and the kernel then builds for the target; otherwise the next offer is tried and the reason is kept. A kernel
-left without a decision gets tvm-default's version of it (TVM's default pipeline plus dlight's rules), and
-its manifest entry says so, with the reasons.
+left without a decision gets tvm-default's version of it (TVM's default pipeline as tvm.compile gives it:
+on a CPU, unscheduled), and its manifest entry says so, with the reasons.
 """
 
 from __future__ import annotations
