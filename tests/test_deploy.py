@@ -236,9 +236,9 @@ def test_rpi4_deploy_through_the_python_api_is_verified_under_qemu(kernel_db, tm
 
 
 def test_decisions_from_a_run_directory(tmp_path):
-    """A run's best correct candidate serves its kernels, also when it was judged with target attributes
-    (LEKA's fast-math flags: not carried, and the notes say so); module-text candidates are left out (they
-    are parsed only in the judge's sandbox); the run's decision comes before the database's."""
+    """The run's best candidate of the model is deployed whole, its target attributes too (LEKA's fast-math
+    flags); a better one given as module text is left out (it is parsed only in the judge's sandbox), and
+    the notes say so; the kernels it did not schedule stay the reference's, as judged."""
     import edgekernelbench
     from edgekernelbench.records import Result
     from edgekernelbench.store import RunStore
@@ -267,7 +267,8 @@ def test_decisions_from_a_run_directory(tmp_path):
     assert kernels[keep]["recorded_speedup"] == 3.0
     assert {k["source"] for n, k in kernels.items() if n != keep} == {"tvm-default"}
     assert any("sample 0" in n and "module text" in n for n in d.notes), d.notes
-    assert any("sample 1" in n and "fast-math" in n and "not carried" in n for n in d.notes), d.notes
+    assert d.manifest["target_attrs"] == {"fast-math": True} and d.manifest["target"]["fast-math"]
+    assert d.manifest["carryover"]["whole"] and d.manifest["carryover"]["judged_speedup"] == 3.0
     assert d.verification is None and not (tmp_path / "out" / "verify.json").exists()
 
 
@@ -422,7 +423,7 @@ def test_weights_made_by_main_transform_params_keep_their_rank():
     """A 0-d weight (ReLU6's bounds) reaches main_transform_params as a 0-d tensor (numpy's
     ascontiguousarray made it 1-d, and TVM refused the call: a graph-changed model with a Clip could
     not be deployed)."""
-    from edgekernelbench.deploy.build import transformed_weights
+    from edgekernelbench.deploy.artifact import transformed_weights
     from edgekernelbench.search.graph import NHWC, graph_key, graph_reference
 
     ref = graph_reference("L1/tiny_conv3x3", graph_key(NHWC))
