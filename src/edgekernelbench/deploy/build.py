@@ -212,7 +212,7 @@ def target_attrs_of(builder, attrs: dict) -> tuple[dict, str]:
         verify_target_attrs(attrs)
         builder.target(attrs)
     except ForbiddenConstruct as e:
-        return {}, f"refused: {e.detail}"
+        return {}, f"refused (off the judge's allow-list): {e.construct}"
     except Exception as e:  # noqa: BLE001 -- TVM's target parser raises several kinds
         return {}, f"not a target attribute of {builder.profile.name}: {last_line(e, 200)}"
     return dict(attrs), ""

@@ -94,8 +94,9 @@ static void ekb_set_raised(const char* kind, const char* message) {
 }
 
 /* ------------------------------------------------------------------ workspace */
-/* Each block carries its size in a header of EKB_ALIGN bytes in front of it, so the bytes held can be
- * counted: g_ws_peak is the most held at once (tasks of a parallel launch allocate concurrently). */
+/* Each block carries the size asked for in a header of EKB_ALIGN bytes in front of it, so the bytes held
+ * can be counted: g_ws_peak is the most asked for and held at once (tasks of a parallel launch allocate
+ * concurrently). */
 static size_t g_ws_now, g_ws_peak;
 
 static void* ekb_alloc_workspace(int device_type, int device_id, uint64_t nbytes, int code, int bits) {
@@ -103,8 +104,8 @@ static void* ekb_alloc_workspace(int device_type, int device_id, uint64_t nbytes
   size_t n = (size_t)((nbytes + EKB_ALIGN - 1) / EKB_ALIGN * EKB_ALIGN);
   void* p = NULL;
   if (posix_memalign(&p, EKB_ALIGN, n + EKB_ALIGN) != 0) return NULL;
-  *(size_t*)p = n;
-  size_t now = __atomic_add_fetch(&g_ws_now, n, __ATOMIC_RELAXED);
+  *(size_t*)p = (size_t)nbytes;
+  size_t now = __atomic_add_fetch(&g_ws_now, (size_t)nbytes, __ATOMIC_RELAXED);
   size_t peak = __atomic_load_n(&g_ws_peak, __ATOMIC_RELAXED);
   while (now > peak &&
          !__atomic_compare_exchange_n(&g_ws_peak, &peak, now, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
