@@ -90,6 +90,8 @@ def deploy_cmd(
     if verify_dir is not None:
         if model is not None:
             raise EKBError("give MODEL to deploy, or --verify DIR to verify an artifact, not both")
+        if max_memory is not None:
+            raise EKBError("--max-memory checks a deploy's plan; the artifact in --verify DIR is built")
         report = deploy_pkg.verify(
             verify_dir,
             quick=quick,

@@ -63,6 +63,11 @@ class Profile:
             if self.peak
             else "roofline: no peak figures for this backend"
         )
+        if any(r.flag for r in self.rows):
+            lines.append(
+                "!: above its roof, a measurement error, not a result (FLOPs overcounted, the peak measured "
+                "low on a busy machine, or a call too short for its clock)"
+            )
         return "\n".join(lines)
 
 

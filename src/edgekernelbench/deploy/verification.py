@@ -243,10 +243,13 @@ def reproduction(carry: dict, timing: dict, prof) -> Reproduction:
     kernels = []
     if prof is not None:
         per_call = {r.kernel: r.us_per_call for r in prof.rows}
+        judged_us: dict[str, list[float]] = {}  # the judge profiled each call of main
         for k in judged.get("kernels") or []:
-            name, med = k.get("kernel"), k.get("median")
-            if name in per_call and med:
-                kernels.append([name, med * 1e6, per_call[name], per_call[name] / (med * 1e6)])
+            if k.get("kernel") in per_call and k.get("median"):
+                judged_us.setdefault(k["kernel"], []).append(k["median"] * 1e6)
+        for name, times in judged_us.items():
+            was = sum(times) / len(times)
+            kernels.append([name, was, per_call[name], per_call[name] / was])
     missing = list(carry.get("not_carried") or [])
     here_text = f"{here['speedup']:.2f}x [{lo:.2f}, {hi:.2f}] over tvm-default here"
     if not jci:
@@ -261,6 +264,9 @@ def reproduction(carry: dict, timing: dict, prof) -> Reproduction:
                 f"; tvm-default {base['here']:.1f} us here vs {base['judged']:.1f} us judged, the candidate "
                 f"{mine['here']:.1f} us here vs {mine['judged']:.1f} us judged"
             )
+        if kernels:
+            worst = max(kernels, key=lambda k: k[3])
+            verdict += f"; the kernel furthest from its judged time: {worst[0]} ({worst[3]:.2f}x of it)"
     return Reproduction(
         carry.get("candidate", ""),
         judged_s,

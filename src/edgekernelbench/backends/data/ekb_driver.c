@@ -32,8 +32,8 @@
  *
  * Statistics (the `stats` file, "key value" lines, written after a successful call): launches (parallel
  * launches), tasks (tasks run by them), barriers (barriers the tasks of a launch all passed, summed over
- * launches), threads (most distinct OS threads that ran the tasks of one launch; 1 without a launch),
- * workspace_peak (the most workspace bytes the kernel held at once).
+ * launches), threads (most distinct OS threads that ran the tasks of one launch; 1 without a launch).
+ * The whole-model program (deploy/cprogram.py) reports g_ws_peak, the most workspace held at once.
  *
  * Included by a whole-model program (deploy/cprogram.py: `ekb deploy` for a cross profile) with
  * EKB_DRIVER_NO_MAIN defined: the runtime symbols, the parallel launch, ekb_arg and read_file/write_file
@@ -366,8 +366,8 @@ int main(int argc, char** argv) {
   if (stats[0]) {
     FILE* f = fopen(stats, "w");
     if (!f) die(2, "cannot write %s", stats);
-    fprintf(f, "launches %ld\ntasks %ld\nbarriers %ld\nthreads %ld\nworkspace_peak %zu\n", g_launches,
-            g_tasks_run, g_barriers, g_max_threads, g_ws_peak);
+    fprintf(f, "launches %ld\ntasks %ld\nbarriers %ld\nthreads %ld\n", g_launches, g_tasks_run, g_barriers,
+            g_max_threads);
     if (fclose(f) != 0) die(2, "cannot write %s", stats);
   }
   return 0;
