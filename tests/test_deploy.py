@@ -522,6 +522,7 @@ def test_a_profile_with_the_roofline_is_written_and_printed(host_artifact, tmp_p
 def test_the_run_speedup_is_held_against_what_the_artifact_measures():
     """`reproduction`: reproduced when the two paired 95% intervals overlap; otherwise the verdict names the
     parts that did not carry over, or says every part did and gives both contenders' times."""
+    from edgekernelbench.deploy.profile import KernelProfile, Profile
     from edgekernelbench.deploy.verification import reproduction
 
     timing = {
@@ -544,6 +545,21 @@ def test_the_run_speedup_is_held_against_what_the_artifact_measures():
     carry["not_carried"] = ["target attributes {'libs': 'x'}: refused"]
     r = reproduction(carry, timing, None)
     assert not r.within and "not carried over: target attributes" in r.verdict
+    # the judge profiled each call; the verdict names the big kernel furthest from its judged time
+    rows = [KernelProfile("conv", 2, 45.0, 90.0, 0.9, 0.9, "run", None, None, None)]
+    rows.append(KernelProfile("reshape", 1, 1.0, 1.0, 0.01, 1.0, "tvm-default", None, None, None))
+    prof = Profile("c/model", 50, 91.0, "", rows)
+    carry["judged"]["kernels"] = [
+        {"kernel": "conv", "median": 30e-6},
+        {"kernel": "conv", "median": 30e-6},
+        {"kernel": "reshape", "median": 0.1e-6},
+    ]
+    r = reproduction(carry, timing, prof)
+    assert sorted(r.kernels) == [
+        ["conv", 30.0, 45.0, 1.5],
+        ["reshape", pytest.approx(0.1), 1.0, pytest.approx(10.0)],
+    ]
+    assert "furthest from its judged time: conv (45.0 us here, 30.0 us judged)" in r.verdict
 
 
 def _judged_run(tmp_path: Path, problem_id: str, spec, speedup: float, ci: list[float]) -> Path:

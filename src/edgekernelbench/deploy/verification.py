@@ -264,9 +264,14 @@ def reproduction(carry: dict, timing: dict, prof) -> Reproduction:
                 f"; tvm-default {base['here']:.1f} us here vs {base['judged']:.1f} us judged, the candidate "
                 f"{mine['here']:.1f} us here vs {mine['judged']:.1f} us judged"
             )
-        if kernels:
-            worst = max(kernels, key=lambda k: k[3])
-            verdict += f"; the kernel furthest from its judged time: {worst[0]} ({worst[3]:.2f}x of it)"
+        share = {r.kernel: r.share for r in prof.rows} if prof is not None else {}
+        big = [k for k in kernels if share.get(k[0], 0.0) >= 0.05]  # 5% of the time or more
+        if big:
+            worst = max(big, key=lambda k: max(k[3], 1 / k[3]))
+            verdict += (
+                f"; of the kernels taking 5% or more, the furthest from its judged time: {worst[0]} "
+                f"({worst[2]:.1f} us here, {worst[1]:.1f} us judged)"
+            )
     return Reproduction(
         carry.get("candidate", ""),
         judged_s,
