@@ -96,8 +96,7 @@ def kernel_calls(problem, spec, target):
     import tvm
 
     from edgekernelbench.backends.host import primfunc_library
-    from edgekernelbench.deploy.artifact import graph_module
-    from edgekernelbench.deploy.build import transformed_weights
+    from edgekernelbench.deploy.artifact import graph_module, transformed_weights
     from edgekernelbench.executor import KernelRunner
     from edgekernelbench.ir.replay import materialize
     from edgekernelbench.reference import build_reference

@@ -130,6 +130,62 @@ def test_host_deploy_is_verified_and_timed_against_both_baselines(host_artifact)
     assert "verified: 3/3" in p.stdout and "end to end" in p.stdout
 
 
+def test_the_host_artifact_holds_size_memory_latency_and_a_kernel_profile(host_artifact):
+    """What an engineer checks before shipping, in the manifest: the files a board needs per form, the Relax
+    VM's memory plan beside the peaks the runners measured, latency percentiles of run.py and of the static C
+    program (the form a board gets, verified against the oracle too), and each kernel's share of the time."""
+    out, p = host_artifact
+    assert p.returncode == 0, p.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    m = manifest["measured"]
+    assert m["verified"] and manifest["c_program"]["status"] == "built"
+    report = json.loads((out / "verify.json").read_text())
+    assert report["c_program"]["verified"] and len(report["c_program"]["checks"]) == 3
+    # size: the C program is self-contained; the Relax VM form needs the runtime library as well
+    forms = {f["name"]: f for f in manifest["size"]["forms"]}
+    files = {f["path"]: f for f in manifest["size"]["files"]}
+    weights = sum((out / w["file"]).stat().st_size for w in manifest["weights"])
+    consts = sum((out / "weights" / c).stat().st_size for c in manifest["c_program"]["constants"])
+    prog = files["c/model"]
+    assert forms["c-program"]["total_bytes"] == (prog["stripped_bytes"] or prog["bytes"]) + weights + consts
+    assert forms["relax-vm"]["total_bytes"] > files["model.so"]["stripped_bytes"] + weights
+    assert 0 < files["model.so"]["stripped_bytes"] <= files["model.so"]["bytes"]
+    # memory: the plan shares storage between intermediates; the C program's allocator counts the workspace
+    plan = manifest["memory"]
+    assert plan["planned_bytes"] == plan["activations_bytes"] + plan["workspace_bytes"]
+    assert plan["activations_bytes"] == sum(plan["storages"]) + plan["outputs_bytes"]
+    assert plan["outputs_bytes"] == 4 * 12 and plan["unplanned"] == 0
+    assert plan["activations_bytes"] < plan["unplanned_tensors_bytes"]
+    assert plan["weights_bytes"] == sum(int(np.prod(w["shape"])) * 4 for w in manifest["weights"])
+    assert m["memory"]["c_program_workspace_peak_bytes"] <= plan["workspace_bytes"]
+    assert (m["memory"]["c_program_workspace_peak_bytes"] > 0) == (plan["workspace_bytes"] > 0)
+    assert (
+        all(v > 0 for v in m["memory"]["peak_rss_bytes"].values()) and len(m["memory"]["peak_rss_bytes"]) == 2
+    )
+    # latency: both runners, percentiles over 200 single runs
+    runners = {x["runner"].split()[0]: x for x in m["latency"]}
+    assert set(runners) == {"run.py", "c/model"}
+    for x in runners.values():
+        assert x["runs"] == 200 and x["threads"] == 1 and x["cpu"]
+        assert 0 < x["min_s"] <= x["p50_s"] <= x["p90_s"] <= x["p99_s"] <= x["max_s"]
+        assert x["load_s"] > 0 and x["first_s"] > 0
+    # the per-kernel profile: every kernel main calls, its calls, its decision's source
+    prof = m["profile"]
+    rows = {r["kernel"]: r for r in prof["rows"]}
+    kernels = {k["name"]: k for k in manifest["kernels"]}
+    assert set(rows) == set(kernels) and prof["runs"] == 50
+    assert (
+        abs(sum(r["share"] for r in rows.values()) - 1.0) < 1e-6
+        and rows
+        and prof["rows"][-1]["cumulative"] > 0.999
+    )
+    for name, r in rows.items():
+        assert r["calls"] == kernels[name]["calls"] and r["total_us"] > 0
+        assert r["decision"].split()[0] in ("kerneldb", "tvm-default")
+    assert rows[MISSING]["decision"] == "tvm-default" and prof["peak"] == ""  # no --profile: no roofline
+    assert "latency: c/model (static C program): init" in p.stdout and "planned memory" in p.stdout
+
+
 NO_COMPILER_HOOK = textwrap.dedent(
     """
     import atexit, ctypes, os, sys
@@ -236,9 +292,9 @@ def test_rpi4_deploy_through_the_python_api_is_verified_under_qemu(kernel_db, tm
 
 
 def test_decisions_from_a_run_directory(tmp_path):
-    """A run's best correct candidate serves its kernels, also when it was judged with target attributes
-    (LEKA's fast-math flags: not carried, and the notes say so); module-text candidates are left out (they
-    are parsed only in the judge's sandbox); the run's decision comes before the database's."""
+    """The run's best candidate of the model is deployed whole, its target attributes too (LEKA's fast-math
+    flags); a better one given as module text is left out (it is parsed only in the judge's sandbox), and
+    the notes say so; the kernels it did not schedule stay the reference's, as judged."""
     import edgekernelbench
     from edgekernelbench.records import Result
     from edgekernelbench.store import RunStore
@@ -267,7 +323,8 @@ def test_decisions_from_a_run_directory(tmp_path):
     assert kernels[keep]["recorded_speedup"] == 3.0
     assert {k["source"] for n, k in kernels.items() if n != keep} == {"tvm-default"}
     assert any("sample 0" in n and "module text" in n for n in d.notes), d.notes
-    assert any("sample 1" in n and "fast-math" in n and "not carried" in n for n in d.notes), d.notes
+    assert d.manifest["target_attrs"] == {"fast-math": True} and d.manifest["target"]["fast-math"]
+    assert d.manifest["carryover"]["whole"] and d.manifest["carryover"]["judged_speedup"] == 3.0
     assert d.verification is None and not (tmp_path / "out" / "verify.json").exists()
 
 
@@ -422,10 +479,171 @@ def test_weights_made_by_main_transform_params_keep_their_rank():
     """A 0-d weight (ReLU6's bounds) reaches main_transform_params as a 0-d tensor (numpy's
     ascontiguousarray made it 1-d, and TVM refused the call: a graph-changed model with a Clip could
     not be deployed)."""
-    from edgekernelbench.deploy.build import transformed_weights
+    from edgekernelbench.deploy.artifact import transformed_weights
     from edgekernelbench.search.graph import NHWC, graph_key, graph_reference
 
     ref = graph_reference("L1/tiny_conv3x3", graph_key(NHWC))
     weights = transformed_weights(ref)
     assert [w.shape for w in weights if w.ndim == 0] == [(), ()]
     assert (3, 3, 8, 16) in [w.shape for w in weights]  # HWIO
+
+
+def test_a_profile_with_the_roofline_is_written_and_printed(host_artifact, tmp_path, monkeypatch, capsys):
+    """`--verify DIR --profile P`: the per-kernel table with each kernel's roofline fraction against the
+    backend's peaks (here given, instead of measured: the figures follow metrics.roofline)."""
+    import edgekernelbench
+    from edgekernelbench.cli.deploy import _print_measured
+    from edgekernelbench.harness import peak as peak_module
+    from edgekernelbench.metrics import roofline
+
+    out, p = host_artifact
+    assert p.returncode == 0, p.stderr
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    peak = {"flops": 50e9, "bandwidth": 20e9, "source": "given by the test"}
+    monkeypatch.setattr(peak_module, "measure_peak_isolated", lambda profile, threads: dict(peak))
+    report = edgekernelbench.deploy.verify(copy, quick=True, checks=1, runs=20, profile_dir=tmp_path / "prof")
+    prof = json.loads((tmp_path / "prof" / "profile.json").read_text())
+    assert prof == report["profile"] and "given by the test" in prof["peak"]
+    kernels = {k["name"]: k for k in json.loads((copy / "manifest.json").read_text())["kernels"]}
+    for r in prof["rows"]:
+        k = kernels[r["kernel"]]
+        want = roofline(
+            k["flops"] or 0.0, k["bytes"], r["us_per_call"] * 1e-6, 50e9, 20e9, None, k["bytes_written"]
+        )
+        assert r["roofline"] == pytest.approx(want.fraction) and r["bound"] == want.bound
+    text = (tmp_path / "prof" / "profile.txt").read_text()
+    assert text.splitlines()[0].startswith("per-kernel profile: c/model") and MISSING in text
+    _print_measured(report, tmp_path / "prof")
+    printed = capsys.readouterr().out
+    assert "per-kernel profile" in printed and "roofline" in printed and "latency: run.py" in printed
+
+
+def test_the_run_speedup_is_held_against_what_the_artifact_measures():
+    """`reproduction`: reproduced when the two paired 95% intervals overlap; otherwise the verdict names the
+    parts that did not carry over, or says every part did and gives both contenders' times."""
+    from edgekernelbench.deploy.profile import KernelProfile, Profile
+    from edgekernelbench.deploy.verification import reproduction
+
+    timing = {
+        "speedups": {"tvm-default": {"speedup": 20.0, "ci": [19.0, 21.0]}},
+        "timings": {"tvm-default": {"median": 2e-3}, "deployed": {"median": 1e-4}},
+    }
+    carry = {
+        "candidate": "run R (m sample 4)",
+        "judged_speedup": 21.7,
+        "judged_ci": [20.5, 22.0],
+        "judged": {"candidate_s": 6.8e-5, "tvm_default_s": 1.48e-3},
+        "not_carried": [],
+    }
+    r = reproduction(carry, timing, None)
+    assert r.within and r.verdict.startswith("reproduced: 20.00x [19.00, 21.00]")
+    carry["judged_ci"] = [21.5, 22.0]
+    r = reproduction(carry, timing, None)
+    assert not r.within and "every part carried over" in r.verdict
+    assert "tvm-default 2000.0 us here vs 1480.0 us judged" in r.verdict
+    carry["not_carried"] = ["target attributes {'libs': 'x'}: refused"]
+    r = reproduction(carry, timing, None)
+    assert not r.within and "not carried over: target attributes" in r.verdict
+    # the judge profiled each call; the verdict names the big kernel furthest from its judged time
+    rows = [KernelProfile("conv", 2, 45.0, 90.0, 0.9, 0.9, "run", None, None, None)]
+    rows.append(KernelProfile("reshape", 1, 1.0, 1.0, 0.01, 1.0, "tvm-default", None, None, None))
+    prof = Profile("c/model", 50, 91.0, "", rows)
+    carry["judged"]["kernels"] = [
+        {"kernel": "conv", "median": 30e-6},
+        {"kernel": "conv", "median": 30e-6},
+        {"kernel": "reshape", "median": 0.1e-6},
+    ]
+    r = reproduction(carry, timing, prof)
+    assert sorted(r.kernels) == [
+        ["conv", 30.0, 45.0, 1.5],
+        ["reshape", pytest.approx(0.1), 1.0, pytest.approx(10.0)],
+    ]
+    assert "furthest from its judged time: conv (45.0 us here, 30.0 us judged)" in r.verdict
+
+
+def _judged_run(tmp_path: Path, problem_id: str, spec, speedup: float, ci: list[float]) -> Path:
+    from edgekernelbench.records import Result, Timing
+    from edgekernelbench.store import RunStore
+
+    run = tmp_path / "run"
+    cand = run / "candidates" / problem_id
+    cand.mkdir(parents=True)
+    (cand / "sample4.json").write_text(spec.to_json())
+    with RunStore(run) as store:
+        r = Result(problem_id, 4, "host-cpu", compiled=True, correct=True, method="agent:leka")
+        r.speedups, r.speedup_ci = {"tvm-default": speedup}, {"tvm-default": ci}
+        r.runtime = Timing(1e-5, 1e-7, 1e-5, 1e-5, 25, 100)
+        store.put(r)
+    return run
+
+
+def test_a_run_candidate_on_another_graph_is_deployed_whole_or_says_what_did_not_carry(tmp_path):
+    """A LEKA-style candidate on the channels-last graph, with fast math: the graph, its kernel's decision
+    (recorded on that graph's workload) and the attribute carry over; a trace for a kernel the graph does not
+    have and an attribute off the judge's allow-list do not, and the manifest says so, part by part."""
+    import edgekernelbench
+    from edgekernelbench.ir.replay import workload_key
+    from edgekernelbench.ir.spec import Decisions, KernelSpec
+    from edgekernelbench.search.graph import CLIP_AS_OPS, NHWC, graph_key, graph_reference
+    from edgekernelbench.search.rules import rule_schedules
+
+    pid = "L1/tiny_conv3x3"
+    passes = CLIP_AS_OPS + NHWC
+    ref = graph_reference(pid, graph_key(passes))
+    conv = next(
+        fs for fs in rule_schedules(get_problem(pid), reference=ref, verify_build=False) if "conv" in fs.name
+    )
+    name = conv.name
+    dec = Decisions(graph={"passes": passes}, target_attrs={"fast-math": True, "libs": "x"})
+    for layer, trace in conv.traces.items():
+        getattr(dec, layer).update({name: trace, "no_such_kernel": trace})
+    dec.workloads = {name: workload_key(ref.primfuncs()[name])}
+    spec = KernelSpec(problem=pid, decisions=dec, method="agent:leka")
+    run = _judged_run(tmp_path, pid, spec, 3.0, [2.9, 3.1])
+    d = edgekernelbench.deploy(pid, "host-cpu", tmp_path / "out", from_run=run, use_db=False, verify=False)
+    m = d.manifest
+    assert m["decisions"]["graph"]["passes"] == passes and [3, 3, 8, 16] in [w["shape"] for w in m["weights"]]
+    carry = m["carryover"]
+    assert (
+        carry["graph_carried"]
+        and not carry["target_attrs_carried"]
+        and "refused" in carry["target_attrs_why"]
+    )
+    assert m["target_attrs"] == {} and "fast-math" not in m["target"]
+    kernels = {k["name"]: k for k in m["kernels"]}
+    assert kernels[name]["source"] == "run" and kernels[name]["pinned"]
+    assert {k["name"]: k["carried"] for k in carry["kernels"]} == {name: True, "no_such_kernel": False}
+    assert not carry["whole"] and any("no_such_kernel" in x for x in carry["not_carried"])
+    assert all(k["source"] == "tvm-default" for n, k in kernels.items() if n != name)
+    assert set(carry["left_as_reference"]) == set(kernels) - {name}
+
+
+def test_max_memory_below_the_plan_fails_in_one_line_before_anything_is_written(tmp_path):
+    model = _onnx_file(tmp_path / "dense.onnx")
+    one_line_error(ekb("deploy", model, "--input", "x=3x16", "--max-memory", "lots"), "not a size")
+    p = ekb("deploy", model, "--input", "x=3x16", "--out", tmp_path / "o", "--no-db", "--max-memory", "64")
+    one_line_error(p, "--max-memory 64: the model does not fit: planned memory 96 B")
+    assert not (tmp_path / "o").exists()
+
+
+def test_sizes_and_percentiles_are_read_as_engineers_write_them():
+    from edgekernelbench.deploy.latency import percentile
+    from edgekernelbench.deploy.memory import DeployError, parse_size
+
+    assert [parse_size(x) for x in ("300", "64K", "64KiB", "64KB", "1.5MiB")] == [
+        300,
+        65536,
+        65536,
+        64000,
+        1572864,
+    ]
+    with pytest.raises(DeployError):
+        parse_size("1.5 parsecs")
+    xs = [float(x) for x in range(1, 201)]
+    assert (percentile(xs, 50), percentile(xs, 90), percentile(xs, 99), percentile([7.0], 99)) == (
+        100.0,
+        180.0,
+        198.0,
+        7.0,
+    )

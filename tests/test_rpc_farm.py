@@ -519,7 +519,8 @@ def test_a_device_killed_mid_run_loses_no_record(farm, tmp_path):
 
 def test_a_deployed_model_is_verified_and_timed_on_a_farm_device(farm, tmp_path):
     """`ekb deploy --backend host-cpu-rpc --tracker`: the library is built here, uploaded to a device of the
-    profile's key, run there against the oracle and timed there; `ekb deploy --verify DIR --tracker` again."""
+    profile's key, run there against the oracle and timed there (with its latency percentiles); `ekb deploy
+    --verify DIR --tracker` again."""
     out = tmp_path / "tiny"
     args = ["deploy", TINY, "--backend", KEY_A, "--out", str(out), "--rules", "--no-db", "--quick"]
     p = ekb(*args, "--tracker", farm.tracker)
@@ -529,6 +530,9 @@ def test_a_deployed_model_is_verified_and_timed_on_a_farm_device(farm, tmp_path)
     assert report["where"].startswith(f"device '{KEY_A}' at 127.0.0.1:"), report["where"]
     timing = report["timing"]
     assert timing["status"] == "measured" and "tvm-default" in timing["speedups"], timing
+    (lat,) = report["latency"]  # the device's: upload and load, first run, single runs timed on the device
+    assert lat["runner"].startswith(f"device '{KEY_A}'") and lat["runs"] == 200
+    assert 0 < lat["p50_s"] <= lat["p90_s"] <= lat["p99_s"] and lat["load_s"] > 0 and lat["first_s"] > 0
     (out / "verify.json").unlink()
     p = ekb("deploy", "--verify", str(out), "--tracker", farm.tracker, "--quick")
     assert p.returncode == 0, p.stdout + p.stderr

@@ -42,3 +42,36 @@ def cpu_model() -> str:
             if sep and name.strip() == key and value.strip():
                 return value.strip()
     return platform.processor()
+
+
+def cpu_governor(cpu: int = 0) -> str | None:
+    """CPU `cpu`'s cpufreq scaling governor (Linux sysfs), None where it cannot be read (a virtual machine
+    often has no cpufreq)."""
+    try:
+        return Path(f"/sys/devices/system/cpu/cpu{cpu}/cpufreq/scaling_governor").read_text().strip() or None
+    except OSError:
+        return None
+
+
+def cpu_mhz(cpu: int = 0) -> float | None:
+    """CPU `cpu`'s current clock in MHz: cpufreq's scaling_cur_freq, else /proc/cpuinfo's "cpu MHz" (what the
+    kernel last saw; a hypervisor may report its nominal clock), else None."""
+    try:
+        return int(Path(f"/sys/devices/system/cpu/cpu{cpu}/cpufreq/scaling_cur_freq").read_text()) / 1000.0
+    except (OSError, ValueError):
+        pass
+    try:
+        text = Path("/proc/cpuinfo").read_text(errors="replace")
+    except OSError:
+        return None
+    seen = -1
+    for line in text.splitlines():
+        name, _, value = line.partition(":")
+        if name.strip() == "processor":
+            seen = int(value) if value.strip().isdigit() else seen
+        elif name.strip() == "cpu MHz" and seen in (cpu, -1):
+            try:
+                return float(value)
+            except ValueError:
+                return None
+    return None

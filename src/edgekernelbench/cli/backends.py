@@ -115,7 +115,7 @@ def peak(backend, threads, profiles_file, mib, tracker):
     import datetime
 
     from ..backends.profile_file import store_peak
-    from ..runs import measure_peak_isolated
+    from ..harness.peak import measure_peak_isolated
 
     profiles = _profiles(backend, threads)
     if len(profiles) != 1:

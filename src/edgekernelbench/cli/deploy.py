@@ -34,6 +34,19 @@ from .common import _tracker_option, console
 )
 @click.option("--atol", type=float, default=None, help="Verification tolerance [the problem's].")
 @click.option("--rtol", type=float, default=None, help="Verification tolerance [the problem's].")
+@click.option(
+    "--max-memory",
+    help="Fail unless the planned memory (activations + workspace) fits, e.g. 256K, 256KiB, 1.5MB.",
+)
+@click.option(
+    "--runs", type=click.IntRange(1), default=200, show_default=True, help="Single runs timed (percentiles)."
+)
+@click.option(
+    "--profile",
+    "profile_dir",
+    type=click.Path(path_type=Path),
+    help="Write and print the per-kernel profile (with the roofline) into this directory.",
+)
 @click.option("--no-verify", is_flag=True, help="Build the artifact only.")
 @click.option(
     "--verify", "verify_dir", type=click.Path(path_type=Path), help="Verify the artifact in this directory."
@@ -55,6 +68,9 @@ def deploy_cmd(
     checks,
     atol,
     rtol,
+    max_memory,
+    runs,
+    profile_dir,
     no_verify,
     verify_dir,
     tracker,
@@ -65,16 +81,27 @@ def deploy_cmd(
     kernel database, --trials N of LEKA, --rules; the rest tvm-default (the manifest says which and why). Then
     verifies it
     against ONNX Runtime in a fresh process (qemu for a cross profile; a farm device with --tracker) and, on
-    the host, times it against tvm-default and ONNX Runtime. `ekb deploy --verify DIR` verifies again."""
+    the host, times it against tvm-default and ONNX Runtime. `ekb deploy --verify DIR` verifies again.
+    The manifest records the artifact's size and planned memory (--max-memory: the deploy fails when it
+    does not fit); a verification adds latency percentiles, peak memory, the per-kernel profile (--profile
+    DIR prints it) and, --from RUN, whether the run's judged speedup is reproduced."""
     from .. import deploy as deploy_pkg
 
     if verify_dir is not None:
         if model is not None:
             raise EKBError("give MODEL to deploy, or --verify DIR to verify an artifact, not both")
+        if max_memory is not None:
+            raise EKBError("--max-memory checks a deploy's plan; the artifact in --verify DIR is built")
         report = deploy_pkg.verify(
-            verify_dir, quick=quick, tracker=tracker, checks=checks, measure=not no_measure
+            verify_dir,
+            quick=quick,
+            tracker=tracker,
+            checks=checks,
+            measure=not no_measure,
+            runs=runs,
+            profile_dir=profile_dir,
         )
-        _print_verification(report, verify_dir)
+        _print_verification(report, verify_dir, profile_dir)
         if not report["verified"]:
             raise EKBError(
                 f"{verify_dir}: the artifact's outputs differ from {report['oracle']}: {_why(report)}"
@@ -82,6 +109,10 @@ def deploy_cmd(
         return
     if model is None:
         raise EKBError("give MODEL (a problem id or an ONNX file), or --verify DIR")
+    if max_memory is not None:
+        from ..deploy.memory import parse_size
+
+        parse_size(max_memory)  # one line before anything runs
     d = deploy_pkg.deploy(
         model,
         backend,
@@ -100,6 +131,9 @@ def deploy_cmd(
         atol=atol,
         rtol=rtol,
         checks=checks,
+        max_memory=max_memory,
+        runs=runs,
+        profile_dir=profile_dir,
     )
     for note in d.notes:  # one line each, never wrapped
         click.echo(f"ekb deploy: note: {note}", err=True)
@@ -108,8 +142,9 @@ def deploy_cmd(
     _print_kernels(d.manifest)
     seconds = sum(d.manifest["seconds"].values())
     console.print(Text(f"artifact: {d.dir} ({d.manifest['backend']['name']}, built in {seconds:.1f} s)"))
+    _print_artifact(d.manifest)
     if d.verification is not None:
-        _print_verification(d.verification, d.dir)
+        _print_verification(d.verification, d.dir, profile_dir)
         if not d.verification["verified"]:
             raise EKBError(
                 f"{d.dir}: the artifact's outputs differ from {d.verification['oracle']}: "
@@ -147,11 +182,35 @@ def _print_kernels(manifest: dict) -> None:
         console.print(Text(f"graph: {names} (from {graph['source']}); the kernels above are that graph's"))
 
 
-def _print_verification(report: dict, folder) -> None:
+def _print_artifact(manifest: dict) -> None:
+    """Size, memory plan and what did not carry over from the run, a line each."""
+    from ..deploy.memory import MemoryPlan
+    from ..deploy.size import BoardForm, SizeReport
+
+    size = manifest.get("size") or {}
+    forms = [BoardForm(**f) for f in size.get("forms", [])]
+    if forms:
+        console.print(Text(SizeReport([], forms).line()))
+    plan = dict(manifest.get("memory") or {})
+    if plan:
+        plan.pop("planned_bytes", None), plan.pop("total_bytes", None)
+        console.print(Text(MemoryPlan(**{**plan, "kernels": []}).summary()))
+    carry = manifest.get("carryover")
+    if carry:
+        whole = "whole" if carry["whole"] else "not whole: " + "; ".join(carry["not_carried"])
+        console.print(Text(f"from {carry['candidate']}: {whole}"))
+
+
+def _print_verification(report: dict, folder, profile_dir=None) -> None:
     n = len(report["checks"])
     ok = sum(c["matches_oracle"] for c in report["checks"])
     status = "verified" if report["verified"] else "NOT verified"
     console.print(Text(f"{status}: {ok}/{n} input sets match {report['oracle']} ({report['where']})"))
+    c = report.get("c_program")
+    if c:
+        ok = sum(x["matches_oracle"] for x in c["checks"])
+        console.print(Text(f"{'verified' if c['verified'] else 'NOT verified'}: {ok}/{n} ({c['where']})"))
+    _print_measured(report, profile_dir)
     timing = report.get("timing") or {}
     if timing.get("status") != "measured":
         console.print(Text(f"timing: {timing.get('status', 'not measured')}"))
@@ -169,3 +228,29 @@ def _print_verification(report: dict, folder) -> None:
     env = timing.get("timing_env") or {}
     disturbed = " (machine busy: disturbed)" if env.get("disturbed") else ""
     console.print(Text(f"end to end, {timing['threads']} thread(s): {'; '.join(parts)}; {vs}{disturbed}"))
+    if report.get("reproduction"):
+        console.print(Text(f"the run's speedup: {report['reproduction']['verdict']}"))
+
+
+def _print_measured(report: dict, profile_dir) -> None:
+    """Latency per runner, peak memory, and (--profile) the per-kernel table."""
+    from ..deploy.latency import Latency
+    from ..deploy.memory import human
+    from ..deploy.profile import KernelProfile, Profile
+
+    for lat in report.get("latency") or []:
+        x = Latency(**lat)
+        rss = f", peak RSS {human(x.peak_rss_bytes)}" if x.peak_rss_bytes else ""
+        console.print(Text(f"latency: {x.line()}{rss}"))
+    facts = (report.get("latency") or [{}])[0]
+    if facts.get("cpu"):
+        gov = facts.get("governor") or "governor not readable"
+        mhz = f", {facts['mhz']:.0f} MHz" if facts.get("mhz") else ""
+        console.print(Text(f"cpu: {facts['cpu']} ({gov}{mhz})"))
+    prof = report.get("profile") or {}
+    if profile_dir is not None and prof.get("rows") is not None:
+        rows = [KernelProfile(**r) for r in prof["rows"]]
+        console.print(Text(Profile(**{**prof, "rows": rows}).table()))
+        console.print(Text(f"profile: {profile_dir}/profile.json, profile.txt"))
+    elif profile_dir is not None:
+        console.print(Text(f"profile: {prof.get('status', 'not measured')}"))

@@ -9,11 +9,15 @@
 object is callable, so `edgekernelbench.deploy(...)` works whether or not the package was imported before.
 Nothing here imports TVM until a function runs.
 
-- build.py: decisions -> module -> artifact (manifest.json, model.so, weights/, run.py, c/); `deploy()`
-- decisions.py: the kernels' decisions: a run, the kernel database, a fresh tuning (tune.py), tvm-default
-- cprogram.py: the model as a C program for cross-compiled boards
-- verification.py: `verify()`: a fresh process (runtime only), qemu, or a farm device; vs ONNX Runtime
-- timing.py: the host artifact timed end to end (a fresh process)
+- build.py: `deploy()` and its stages: request, decisions, graph, memory, artifact, verify
+- decisions.py: the kernels' decisions: a run's best candidate whole (`--from`), the kernel database, a fresh
+  tuning (tune.py), the rules, tvm-default; what of the run's candidate did not carry over (Carryover)
+- memory.py: the Relax VM's static memory plan and the kernels' workspace; `--max-memory`
+- write.py: the artifact's files (weights, model.so, run.py, the C program); size.py: their sizes per form
+- cprogram.py: the model as a static C program (cross boards, and the host), timed and profiled
+- verification.py: `verify()`: a fresh process (runtime only), the C program (natively or under qemu), a farm
+  device; vs ONNX Runtime; latency (latency.py), the per-kernel profile (profile.py), the judged speedup
+- timing.py: the host artifact timed end to end against tvm-default and ONNX Runtime (a fresh process)
 - model.py: which model (suite problem, user problem, ONNX file), and an artifact's problem
 - data/run.py: the artifact's runner (TVM runtime + NumPy only)
 """

@@ -1,4 +1,5 @@
-"""The whole model as a C program, for a cross-compiled board without a TVM runtime.
+"""The whole model as a C program: for a cross-compiled board without a TVM runtime, and for the host (the
+same form, measured where it is built).
 
 A deployed Relax `main` with static shapes is a fixed sequence of kernel calls (executor.graph_steps):
 `call_tir`s over the inputs, the weights, constants and intermediate buffers, plus tuple plumbing that only
@@ -8,13 +9,17 @@ as backends/data/ekb_driver.c calls one kernel. The program includes that driver
 EKB_DRIVER_NO_MAIN: its runtime symbols (workspace, parallel launch on POSIX threads, error reporting) and
 its file helpers, not its manifest reader.
 
-    ./model [-r REPEAT] [-t THREADS] WEIGHTS_DIR IN_0 ... IN_n-1 OUT_0 ... OUT_m-1
+    ./model [-r REPEAT] [-p PROFILE_RUNS] [-t THREADS] [-j STATS.json] WEIGHTS_DIR IN_0 ... OUT_0 ...
 
 Every IN / OUT file holds one tensor's raw bytes (C order, the target's byte order: little-endian on the
 profiles here), the weights directory one file per weight and constant, as manifest.json lists them.
-`-r N` runs the model N more times and prints microseconds per run on stderr (a board's figure; under an
-emulator it is not speed). Exit status as the driver's: 2 I/O, 4 a kernel raised an error, 5 a kernel
-returned non-zero.
+The program runs the model once on the inputs; `-r N` runs it N more times, each timed, and prints the
+percentiles on stderr (a board's figures; under an emulator they are not speed); `-p N` N more runs with
+every kernel call timed (the per-kernel profile); `-j FILE` writes them as JSON: init_us (buffers allocated,
+weights read), first_us (the first run), runs_us, steps (per kernel call: its microseconds in each profile
+run), max_rss_kib (the process's peak resident memory), buffer_bytes (every tensor's buffer: this program
+keeps each one; the Relax VM's plan shares them) and workspace_peak_bytes (the most workspace the kernels
+held at once). Exit status as the driver's: 2 I/O, 4 a kernel raised an error, 5 a kernel returned non-zero.
 """
 
 from __future__ import annotations
@@ -157,6 +162,8 @@ def _render(title, threads, tensors, inputs, outputs, calls, kernels) -> str:
         " */",
         "#define EKB_DRIVER_NO_MAIN",
         '#include "ekb_driver.c" /* runtime symbols for TVM kernels; ekb_arg, read_file, write_file */',
+        "#include <math.h>",
+        "#include <sys/resource.h>",
         "#include <time.h>",
         "",
         "/* the kernels (kernels.o), by their TVM packed-ABI symbols */",
@@ -212,7 +219,14 @@ def _render(title, threads, tensors, inputs, outputs, calls, kernels) -> str:
 
 _BODY = r"""static ekb_arg T[EKB_NT];
 
-static void run_model(void) {
+static double now_us(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec * 1e6 + (double)t.tv_nsec / 1e3;
+}
+
+/* Runs every kernel call of the model; `step_us` (EKB_NSTEPS entries, or NULL) gets each call's time. */
+static void run_model(double* step_us) {
   TVMFFIAny args[EKB_MAX_ARGS], ret;
   for (int s = 0; s < EKB_NSTEPS; ++s) {
     const ekb_step* st = &STEPS[s];
@@ -222,33 +236,79 @@ static void run_model(void) {
       args[i].type_index = kTVMFFIDLTensorPtr;
       args[i].v_ptr = &T[st->args[i]].t;
     }
+    double t0 = step_us ? now_us() : 0.0;
     int rc = st->fn(NULL, args, st->nargs, &ret);
+    if (step_us) step_us[s] = now_us() - t0;
     if (rc != 0) die(5, "kernel %s returned non-zero", st->name);
   }
 }
 
+static int cmp_double(const void* a, const void* b) {
+  double x = *(const double*)a, y = *(const double*)b;
+  return (x > y) - (x < y);
+}
+
+/* The nearest-rank percentile `p` (0-100] of n sorted values. */
+static double percentile(const double* sorted, int n, double p) {
+  int k = (int)ceil(p / 100.0 * n);
+  return sorted[k < 1 ? 0 : (k > n ? n - 1 : k - 1)];
+}
+
+/* The process's peak resident memory in KiB: VmHWM of /proc/self/status (Linux), else getrusage's ru_maxrss
+ * (which Linux keeps across execve: it can be the parent's before the exec). */
+static long peak_rss_kib(void) {
+  long kib = -1;
+  char line[256];
+  FILE* f = fopen("/proc/self/status", "r");
+  if (f) {
+    while (fgets(line, sizeof(line), f))
+      if (sscanf(line, "VmHWM: %ld", &kib) == 1) break;
+    fclose(f);
+  }
+  if (kib < 0) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    kib = (long)ru.ru_maxrss;
+  }
+  return kib;
+}
+
+static void json_array(FILE* f, const double* v, int n) {
+  fputc('[', f);
+  for (int i = 0; i < n; ++i) fprintf(f, "%s%.3f", i ? "," : "", v[i]);
+  fputc(']', f);
+}
+
 static void usage(void) {
-  die(2, "%s", "usage: model [-r REPEAT] [-t THREADS] WEIGHTS_DIR IN... OUT... (see model.c)");
+  die(2, "%s",
+      "usage: model [-r REPEAT] [-p PROFILE_RUNS] [-t THREADS] [-j STATS.json] WEIGHTS_DIR IN... OUT... "
+      "(see model.c)");
 }
 
 int main(int argc, char** argv) {
-  int repeat = 0, a = 1;
+  double t_start = now_us();
+  int repeat = 0, profile = 0, a = 1;
+  const char* stats = NULL;
   g_threads = EKB_DEFAULT_THREADS;
   while (a < argc && argv[a][0] == '-' && argv[a][1] != '\0') {
     if (a + 1 >= argc) usage();
     if (strcmp(argv[a], "-r") == 0) repeat = atoi(argv[a + 1]);
+    else if (strcmp(argv[a], "-p") == 0) profile = atoi(argv[a + 1]);
     else if (strcmp(argv[a], "-t") == 0) g_threads = atoi(argv[a + 1]);
+    else if (strcmp(argv[a], "-j") == 0) stats = argv[a + 1];
     else usage();
     a += 2;
   }
-  if (argc - a != 1 + EKB_NIN + EKB_NOUT || g_threads < 1 || repeat < 0) usage();
+  if (argc - a != 1 + EKB_NIN + EKB_NOUT || g_threads < 1 || repeat < 0 || profile < 0) usage();
   const char* wdir = argv[a];
+  size_t buffer_bytes = 0;
   for (int k = 0; k < EKB_NT; ++k) {
     const ekb_tensor_spec* s = &SPEC[k];
     ekb_arg* x = &T[k];
     size_t count = 1;
     for (int d = 0; d < s->ndim; ++d) x->shape[d] = s->shape[d], count *= (size_t)s->shape[d];
     x->nbytes = count * (((size_t)s->bits * s->lanes + 7) / 8);
+    buffer_bytes += x->nbytes;
     void* data = NULL;
     if (posix_memalign(&data, EKB_ALIGN, x->nbytes ? x->nbytes : EKB_ALIGN) != 0)
       die(2, "%s", "out of memory");
@@ -269,25 +329,63 @@ int main(int argc, char** argv) {
       read_file(x);
     }
   }
+  double init_us = now_us() - t_start; /* buffers allocated, weights and constants read */
   for (int i = 0; i < EKB_NIN; ++i) {
     ekb_arg* x = &T[INPUTS[i]];
     snprintf(x->file, sizeof(x->file), "%s", argv[a + 1 + i]);
     read_file(x);
   }
-  run_model();
+  double t0 = now_us();
+  run_model(NULL);
+  double first_us = now_us() - t0;
+  double* runs = calloc((size_t)(repeat > 0 ? repeat : 1), sizeof(double));
+  double* steps = calloc((size_t)(profile > 0 ? profile : 1) * EKB_NSTEPS, sizeof(double));
+  if (!runs || !steps) die(2, "%s", "out of memory");
+  for (int r = 0; r < repeat; ++r) {
+    t0 = now_us();
+    run_model(NULL);
+    runs[r] = now_us() - t0;
+  }
+  for (int r = 0; r < profile; ++r) run_model(steps + (size_t)r * EKB_NSTEPS);
   if (repeat > 0) {
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (int r = 0; r < repeat; ++r) run_model();
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    double us = ((double)(t1.tv_sec - t0.tv_sec) * 1e6 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e3) / repeat;
-    fprintf(stderr, "model: %d runs, %.3f us per run\n", repeat, us);
+    double* sorted = malloc(sizeof(double) * (size_t)repeat);
+    if (!sorted) die(2, "%s", "out of memory");
+    memcpy(sorted, runs, sizeof(double) * (size_t)repeat);
+    qsort(sorted, (size_t)repeat, sizeof(double), cmp_double);
+    fprintf(stderr,
+            "model: %d runs, p50 %.1f us, p90 %.1f us, p99 %.1f us (init %.1f us, first run %.1f us)\n",
+            repeat, percentile(sorted, repeat, 50), percentile(sorted, repeat, 90),
+            percentile(sorted, repeat, 99), init_us, first_us);
+    free(sorted);
   }
   for (int i = 0; i < EKB_NOUT; ++i) {
     ekb_arg* x = &T[OUTPUTS[i]];
     snprintf(x->file, sizeof(x->file), "%s", argv[a + 1 + EKB_NIN + i]);
     write_file(x);
   }
+  if (stats) {
+    FILE* f = fopen(stats, "w");
+    if (!f) die(2, "cannot write %s", stats);
+    fprintf(f, "{\"threads\": %d, \"init_us\": %.3f, \"first_us\": %.3f, \"max_rss_kib\": %ld, ", g_threads,
+            init_us, first_us, peak_rss_kib());
+    fprintf(f, "\"buffer_bytes\": %zu, \"workspace_peak_bytes\": %zu, \"runs_us\": ", buffer_bytes,
+            g_ws_peak);
+    json_array(f, runs, repeat);
+    fprintf(f, ", \"steps\": [");
+    double* one = malloc(sizeof(double) * (size_t)(profile > 0 ? profile : 1));
+    if (!one) die(2, "%s", "out of memory");
+    for (int s = 0; s < EKB_NSTEPS && profile > 0; ++s) {
+      for (int r = 0; r < profile; ++r) one[r] = steps[(size_t)r * EKB_NSTEPS + s];
+      fprintf(f, "%s{\"kernel\": \"%s\", \"us\": ", s ? ", " : "", STEPS[s].name);
+      json_array(f, one, profile);
+      fputc('}', f);
+    }
+    fprintf(f, "]}\n");
+    free(one);
+    if (fclose(f) != 0) die(2, "cannot write %s", stats);
+  }
+  free(runs);
+  free(steps);
   return 0;
 }
 """

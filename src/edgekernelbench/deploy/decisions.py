@@ -1,22 +1,25 @@
 """Where each kernel of a deployed model gets its schedule from.
 
 The kernels are the PrimFuncs the reference's `main` calls, each with its workload key
-(ir.replay.workload_key: the same workload in any model has the same key). Decisions are offered, in this
-order, by
+(ir.replay.workload_key: the same workload in any model has the same key).
 
-1. a run directory (`--from RUN`): the run's correct candidates on the backend, best speedup over tvm-default
-   first; a candidate's layered decisions for a PrimFunc serve every kernel of the same workload. Candidates
-   given as module text or schedule code are not used: that text runs only in the judge's sandbox, never here;
+`--from RUN` deploys the run's best candidate of the model whole (`best_candidate`: the correct, plausible
+result of that model on the backend with the highest judged speedup over tvm-default, among those given as
+decisions): its graph passes, every kernel's decisions by name, and its target attributes (LEKA's fast-math
+flags); a kernel it left unscheduled stays as the reference has it, as it was judged. Each part that cannot be
+applied (a pass, a trace, an attribute off the judge's allow-list) is recorded with its reason (`Carryover`,
+the manifest's "carryover"), and the deploy goes on without it. Candidates given as module text or schedule
+code are not used: that text runs only in the judge's sandbox, never here.
+
+Without such a candidate, decisions are offered, in this order, by
+
+1. the run's other correct candidates on the backend (`--from RUN`), best speedup over tvm-default first; a
+   candidate's layered decisions for a PrimFunc serve every kernel of the same workload;
 2. the kernel database (kerneldb.py), by workload key and target key, best speedup first;
 3. a fresh LEKA tuning of the model (offline proposer, `--trials N` judge evaluations: deploy/tune.py), for
-   the kernels still without a decision;
+   the kernels still without a decision (its graph and decisions, as for a run's candidate);
 4. with `--rules`, the rule-based schedule (search/rules) of each kernel still without one: not judged, so
    on the host every decided kernel is timed against tvm-default's version before it is kept (build.py).
-
-The graph comes first: when the run's best candidate of this model (`--from RUN`), else LEKA's tuned
-candidate (`--trials N`), kept a graph-layer change (convolutions channels last, fast math), the model is
-deployed on that graph -- its weights re-laid out once at deploy time -- and every kernel is looked up by
-the workload it has there.
 
 A decision is used when it was recorded with this TVM version, replays on the kernel (its layers, in order)
 and the kernel then builds for the target; otherwise the next offer is tried and the reason is kept. A kernel
@@ -28,7 +31,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from ..errors import DecisionError, EKBError, MalformedCandidate, last_line
@@ -77,6 +80,12 @@ class KernelChoice:
     measured_ci: list[float] | None = None
     measured: str = "not measured"  # or why it was not
     fallbacks: list[str] = field(default_factory=list)  # offers not used, and why
+    # decided by the run's best candidate of this model, taken whole (its decision, or its leaving the kernel
+    # as the reference has it): no other source is asked and it is never reverted
+    pinned: bool = False
+    flops: float | None = None  # per call, TVM's estimate (the deployed kernel's)
+    bytes: int = 0  # its buffers, per call
+    bytes_written: int = 0  # its outputs'
     func: object = field(default=None, repr=False)  # the scheduled PrimFunc (None: tvm-default's)
 
     def manifest_entry(self) -> dict:
@@ -123,23 +132,21 @@ def _workload_of(problem_id: str, func: str, cache: dict) -> str | None:
     return cache[problem_id].get(func)
 
 
-def run_offers(run_dir: Path, backend: str) -> tuple[dict[str, list[Offer]], list[str]]:
-    """workload key -> the run's offers for it (best candidate first), and notes on what was left out."""
+def judged_candidates(run_dir: Path, backend: str, problems: list[str] | None, notes: list[str]):
+    """(result, spec, file) of the run's correct, plausible candidates on `backend` (of `problems`, or all)
+    whose decisions can be deployed, best speedup over tvm-default first; why the others cannot goes into
+    `notes`."""
     from ..store import DB_NAME, RunStore
 
     run_dir = Path(run_dir)
     if not (run_dir / DB_NAME).is_file():
         raise DeployError(f"--from {run_dir}: no run store ({DB_NAME}) there")
     with RunStore(run_dir) as store:
-        results = store.results(backend=backend)
+        results = store.results(backend=backend, problems=problems)
     correct = [r for r in results if r.correct and not r.implausible]
-    notes: list[str] = []
     if not correct:
         notes.append(f"run {run_dir}: no correct candidate on {backend}")
-    correct.sort(key=lambda r: -(r.speedups.get(TVM_DEFAULT) or 0.0))
-    offers: dict[str, list[Offer]] = {}
-    workloads: dict = {}
-    for r in correct:
+    for r in sorted(correct, key=lambda r: -(r.speedups.get(TVM_DEFAULT) or 0.0)):
         path = _candidate_file(run_dir, r.problem, r.sample, r.candidate)
         where = f"{r.problem} sample {r.sample}"
         if path is None:
@@ -154,6 +161,16 @@ def run_offers(run_dir: Path, backend: str) -> tuple[dict[str, list[Offer]], lis
         if why:
             notes.append(f"{where}: {why}")
             continue
+        yield r, spec, path
+
+
+def run_offers(run_dir: Path, backend: str) -> tuple[dict[str, list[Offer]], list[str]]:
+    """workload key -> the run's offers for it (best candidate first), and notes on what was left out."""
+    notes: list[str] = []
+    offers: dict[str, list[Offer]] = {}
+    workloads: dict = {}
+    for r, spec, path in judged_candidates(run_dir, backend, None, notes):
+        where = f"{r.problem} sample {r.sample}"
         if spec.decisions.target_attrs:  # e.g. LEKA's fast-math flags: its kernels' decisions stand alone
             attrs = spec.decisions.target_attrs
             notes.append(f"{where}: target attributes {attrs} not carried (built for the profile's target)")
@@ -177,6 +194,87 @@ def run_offers(run_dir: Path, backend: str) -> tuple[dict[str, list[Offer]], lis
             }
             offers.setdefault(wl, []).append(Offer("run", layers, prov, r.speedups.get(TVM_DEFAULT)))
     return offers, notes
+
+
+@dataclass
+class KernelCarry:
+    """One kernel the run's candidate scheduled: whether the artifact has its decision, and why not."""
+
+    name: str
+    carried: bool
+    why: str = ""
+
+
+@dataclass
+class Carryover:
+    """What of the run's best candidate (`--from RUN`) the artifact holds, part by part, and the judge's
+    figures it should reproduce."""
+
+    candidate: str  # RunCandidate.label()
+    judged_speedup: float | None  # over tvm-default
+    judged_ci: list[float] | None
+    judged_vs_onnxruntime: float | None
+    judged: dict  # RunCandidate.judged
+    graph: list[str]  # the candidate's graph passes, by name
+    graph_carried: bool = True
+    graph_why: str = ""
+    target_attrs: dict = field(default_factory=dict)
+    target_attrs_carried: bool = True
+    target_attrs_why: str = ""
+    kernels: list[KernelCarry] = field(default_factory=list)
+    left_as_reference: list[str] = field(default_factory=list)  # kernels the candidate did not schedule
+
+    def missing(self) -> list[str]:
+        """One line per part that did not carry over, with its reason ([] when the candidate is whole)."""
+        out = []
+        if not self.graph_carried:
+            out.append(f"graph passes {self.graph}: {self.graph_why}")
+        if not self.target_attrs_carried:
+            out.append(f"target attributes {self.target_attrs}: {self.target_attrs_why}")
+        out += [f"kernel {k.name}: {k.why}" for k in self.kernels if not k.carried]
+        return out
+
+    def to_dict(self) -> dict:
+        d = json.loads(json.dumps(asdict(self)))
+        d["whole"] = not self.missing()
+        d["not_carried"] = self.missing()
+        return d
+
+
+def carryover(cand: RunCandidate, kernels: list[KernelChoice], graph_why: str, attrs_why: str) -> Carryover:
+    """The Carryover of `cand` into `kernels` (the deployed graph's, decided); `graph_why` / `attrs_why`: why
+    its graph passes / target attributes were not applied ("" when they were)."""
+    dec = cand.spec.decisions
+    by_name = {k.name: k for k in kernels}
+    carried = []
+    for func in dec.scheduled_funcs():
+        k = by_name.get(func)
+        if k is None:
+            why = "no kernel of that name in the deployed graph"
+            carried.append(
+                KernelCarry(func, False, why + (" (its graph was not applied)" if graph_why else ""))
+            )
+        elif k.source == "run" and k.provenance.get("sample") == cand.sample and k.pinned:
+            carried.append(KernelCarry(func, True))
+        else:
+            why = "; ".join(k.fallbacks) or f"took {k.source} instead"
+            carried.append(KernelCarry(func, False, why))
+    scheduled = set(dec.scheduled_funcs())
+    return Carryover(
+        candidate=cand.label(),
+        judged_speedup=cand.speedup,
+        judged_ci=cand.ci,
+        judged_vs_onnxruntime=cand.vs_onnxruntime,
+        judged=cand.judged,
+        graph=[p.get("name", "?") for p in dec.graph.get("passes") or []],
+        graph_carried=not graph_why,
+        graph_why=graph_why,
+        target_attrs=dict(dec.target_attrs),
+        target_attrs_carried=not attrs_why,
+        target_attrs_why=attrs_why,
+        kernels=carried,
+        left_as_reference=[k.name for k in kernels if k.name not in scheduled],
+    )
 
 
 def unusable(spec: KernelSpec) -> str:
@@ -219,38 +317,83 @@ def rule_offers(problem, profile, kernels: list[KernelChoice], reference=None) -
     return out
 
 
-def run_graph(run_dir: Path, backend: str, problem_id: str) -> tuple[list[dict], str] | None:
-    """(graph passes, where from) of the run's best correct candidate of this very problem on `backend`,
-    when that candidate changed the graph (LEKA kept channels-last or fast math); else None."""
-    from ..store import RunStore
-
-    with RunStore(Path(run_dir)) as store:
-        results = [r for r in store.results(backend=backend) if r.problem == problem_id and r.correct]
-    if not results:
-        return None
-    best = max(results, key=lambda r: r.speedups.get(TVM_DEFAULT) or 0.0)
-    path = _candidate_file(Path(run_dir), best.problem, best.sample, best.candidate)
-    try:
-        spec = load_candidate(path, best.problem) if path is not None else None
-    except MalformedCandidate:
-        return None
-    passes = spec.decisions.graph.get("passes") if spec is not None and not unusable(spec) else None
-    return (list(passes), f"run {run_dir} ({best.problem} sample {best.sample})") if passes else None
-
-
-def leka_offers(spec: KernelSpec, speedup: float | None, kernels: list[KernelChoice]) -> dict[str, Offer]:
-    """kernel name -> the tuned candidate's decisions for it. Offered by name when the candidate kept the
-    reference's graph, else only for kernels of the same workload (the deployment is on the candidate's
-    graph, or its graph change left some kernels as they were)."""
+def leka_offers(
+    spec: KernelSpec,
+    speedup: float | None,
+    kernels: list[KernelChoice],
+    source: str = "leka",
+    provenance: dict | None = None,
+) -> dict[str, Offer]:
+    """kernel name -> a candidate's decisions for it (LEKA's tuned one, or the run's best of this model with
+    `source` "run"). Offered by name when the candidate kept the reference's graph, else only for kernels of
+    the same workload (the deployment is on the candidate's graph, or its graph change left some kernels as
+    they were)."""
     out = {}
     changed = bool(spec.decisions.graph.get("passes"))
+    prov = provenance or {"problem": spec.problem, "method": spec.method}
     for k in kernels:
         layers = dict(spec.decisions.layer_traces(k.name))
         if changed and spec.decisions.workloads.get(k.name) != k.workload:
             continue
         if layers:
-            out[k.name] = Offer("leka", layers, {"problem": spec.problem, "method": spec.method}, speedup)
+            out[k.name] = Offer(source, layers, dict(prov), speedup)
     return out
+
+
+@dataclass
+class RunCandidate:
+    """The best judged candidate of one model in a run directory, on one backend: what `--from RUN` deploys
+    whole (its graph passes, its kernels' decisions, its target attributes)."""
+
+    run: str
+    problem: str
+    sample: int
+    method: str
+    path: str
+    spec: KernelSpec
+    speedup: float | None  # judged over tvm-default
+    ci: list[float] | None  # the judge's paired 95% interval of it
+    vs_onnxruntime: float | None
+    judged: dict  # the judge's medians (s): deployed candidate, tvm-default; its per-kernel profile
+
+    def label(self) -> str:
+        return f"run {self.run} ({self.problem} sample {self.sample})"
+
+    def provenance(self) -> dict:
+        return {
+            "run": self.run,
+            "problem": self.problem,
+            "sample": self.sample,
+            "method": self.method,
+            "candidate": self.path,
+        }
+
+
+def best_candidate(run_dir: Path, backend: str, problem_id: str) -> tuple[RunCandidate | None, list[str]]:
+    """The run's best correct, plausible candidate of `problem_id` on `backend` whose decisions can be
+    deployed (highest judged speedup over tvm-default), and notes on better ones that cannot (and why)."""
+    notes: list[str] = []
+    for r, spec, path in judged_candidates(run_dir, backend, [problem_id], notes):
+        judged = {
+            "candidate_s": r.runtime.median if r.runtime else None,
+            "tvm_default_s": r.baselines[TVM_DEFAULT].median if TVM_DEFAULT in r.baselines else None,
+            "kernels": [asdict(k) for k in r.kernels],
+            "disturbed": r.timing_env.disturbed if r.timing_env else None,
+        }
+        cand = RunCandidate(
+            str(run_dir),
+            r.problem,
+            r.sample,
+            r.method,
+            str(path),
+            spec,
+            r.speedups.get(TVM_DEFAULT),
+            r.speedup_ci.get(TVM_DEFAULT),
+            r.speedups.get("onnxruntime"),
+            judged,
+        )
+        return cand, notes
+    return None, notes
 
 
 # ------------------------------------------------------------------------------------------ applying

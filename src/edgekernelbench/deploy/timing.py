@@ -1,10 +1,12 @@
 """End-to-end timing of a host artifact, in a fresh process (`python -m edgekernelbench.deploy.timing DIR`,
 started by deploy/verification.py with TVM_NUM_THREADS = the artifact's threads): the deployed library
-loaded as it is (tvm.runtime.load_module of model.so), tvm-default built here from the artifact's model for
-the same target, and ONNX Runtime (its native timer, else Python with I/O binding), all with the harness's
-protocol (harness/timing.py: interleaved rounds, paired speedups with confidence intervals, the timing
-thread pinned, the machine watched). Each contender runs `main` on the same inputs and the same transformed
-weights (ONNX Runtime: the model, its weights inside). Prints one JSON line."""
+loaded as it is (tvm.runtime.load_module of model.so), tvm-default built here from the artifact's model as
+the judge builds it (the model's own graph, TVM's stock `tvm.compile` for the profile's target, without the
+artifact's target attributes), and ONNX Runtime (its native timer, else Python with I/O binding), all with
+the harness's protocol (harness/timing.py: interleaved rounds, paired speedups with confidence intervals, the
+timing thread pinned, the machine watched). Each contender runs `main` on the same inputs: the deployed
+library with the artifact's weights (re-laid out for its graph), tvm-default with the model's own weights
+after its main_transform_params, ONNX Runtime on the model with its weights inside. Prints one JSON line."""
 
 from __future__ import annotations
 
@@ -15,8 +17,6 @@ from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
-
-from ..tvm_env import compile as tvm_compile
 
 DEPLOYED = "deployed"
 
@@ -31,13 +31,13 @@ def time_artifact(folder: Path, quick: bool = False, seed: int = 0) -> dict:
     import tvm
 
     from ..backends.base import BackendProfile, Built
-    from ..backends.host import LocalLoaded
+    from ..backends.host import LocalBackend, LocalLoaded
     from ..baselines.onnxruntime import ort_contender
     from ..baselines.ort_native import resolve_library
     from ..baselines.tvm_default import tvm_default_module
     from ..harness.timing import MachineWatch, TimingConfig, paired_speedup, pin_thread, time_interleaved
     from ..reference import build_reference
-    from .artifact import graph_module, read_manifest
+    from .artifact import graph_module, read_manifest, transformed_weights
     from .model import artifact_problem
 
     manifest = read_manifest(folder)
@@ -46,20 +46,19 @@ def time_artifact(folder: Path, quick: bool = False, seed: int = 0) -> dict:
     cfg = TimingConfig.quick() if quick else TimingConfig()
     dev = tvm.cpu(0)
     inputs = problem.sample_inputs(seed)
-    weights = load_weights(folder, manifest)
     args = [tvm.runtime.tensor(np.asarray(inputs[s["name"]], order="C"), dev) for s in manifest["inputs"]]
-    args += [tvm.runtime.tensor(w, dev) for w in weights]
 
     lib = tvm.runtime.load_module(str(folder / manifest["library"]["file"]))
     deployed = LocalLoaded(Built(lib, None, 0.0), dev)
-    target = tvm.target.Target(manifest["target"])
     reference = build_reference(problem)
-    default = tvm_compile(
-        graph_module(tvm_default_module(reference.module, target)), target, relax_pipeline="default_build"
-    )
+    backend = LocalBackend(profile)
+    default = backend.build(graph_module(tvm_default_module(reference.module, backend.target())), stock=True)
+    default_args = args + [tvm.runtime.tensor(w, dev) for w in transformed_weights(reference)]
     contenders = {
-        DEPLOYED: deployed.timer("main", args),
-        "tvm-default": LocalLoaded(Built(default, None, 0.0), dev).timer("main", args),
+        DEPLOYED: deployed.timer(
+            "main", args + [tvm.runtime.tensor(w, dev) for w in load_weights(folder, manifest)]
+        ),
+        "tvm-default": LocalLoaded(default, dev).timer("main", default_args),
     }
     lib_path, unavailable = resolve_library()
     ort_run, ort_how = ort_contender(problem, inputs, profile.threads, lib_path, unavailable)

@@ -7,11 +7,8 @@ The run directory's layout is rundir.py's.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import subprocess
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -23,6 +20,7 @@ from ..errors import MalformedCandidate, RunDirError
 from ..files import UntrustedFileError, read_regular, sha256_hex
 from ..harness.api import JudgeConfig, evaluate, profile_digest
 from ..harness.job import judge_version
+from ..harness.peak import measure_peak_isolated
 from ..ir.spec import MAX_CANDIDATE_BYTES, read_candidate
 from ..problems import get_problem
 from ..records import Result
@@ -269,37 +267,3 @@ def backend_peak(store: RunStore, backend: str | BackendProfile, threads: int) -
             "source": profile.peak_source,
         }
     return peak
-
-
-def measure_peak_isolated(backend: str | BackendProfile, threads: int, mib: int | None = None) -> dict | None:
-    """Measures the backend's peaks with backends/peak.py in a fresh process whose thread pool has
-    `threads` threads (local backends, CPU or GPU; None otherwise or on failure): FLOP/s and the
-    bandwidth of each memory level (cache sizes from sysfs, else the profile's caches table).
-    `mib`: DRAM buffer (None: automatic)."""
-    from ..backends.host import resolve_target
-    from ..backends.registry import as_profile
-
-    profile = as_profile(backend, threads)
-    if profile.run != "local":
-        return None
-    from ..harness.isolation import ENV_ALLOW
-
-    env = {k: v for k, v in os.environ.items() if k in ENV_ALLOW}  # PATH, a GPU's libraries, ...
-    env.update(TVM_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
-    cmd = [
-        sys.executable,
-        "-m",
-        "edgekernelbench.backends.peak",
-        "--target",
-        json.dumps(resolve_target(profile)),
-        "--threads",
-        str(threads),
-        *(["--mib", str(mib)] if mib else []),
-        *(["--caches", json.dumps(profile.caches)] if profile.caches else []),
-    ]
-    try:
-        out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, check=True).stdout
-        return json.loads(out.strip().splitlines()[-1])
-    except (subprocess.SubprocessError, json.JSONDecodeError, IndexError) as e:
-        log.warning("peak measurement failed on %s: %s", profile.name, e)
-        return None

@@ -33,6 +33,7 @@
  * Statistics (the `stats` file, "key value" lines, written after a successful call): launches (parallel
  * launches), tasks (tasks run by them), barriers (barriers the tasks of a launch all passed, summed over
  * launches), threads (most distinct OS threads that ran the tasks of one launch; 1 without a launch).
+ * The whole-model program (deploy/cprogram.py) reports g_ws_peak, the most workspace held at once.
  *
  * Included by a whole-model program (deploy/cprogram.py: `ekb deploy` for a cross profile) with
  * EKB_DRIVER_NO_MAIN defined: the runtime symbols, the parallel launch, ekb_arg and read_file/write_file
@@ -93,17 +94,31 @@ static void ekb_set_raised(const char* kind, const char* message) {
 }
 
 /* ------------------------------------------------------------------ workspace */
+/* Each block carries the size asked for in a header of EKB_ALIGN bytes in front of it, so the bytes held
+ * can be counted: g_ws_peak is the most asked for and held at once (tasks of a parallel launch allocate
+ * concurrently). */
+static size_t g_ws_now, g_ws_peak;
+
 static void* ekb_alloc_workspace(int device_type, int device_id, uint64_t nbytes, int code, int bits) {
   (void)device_type, (void)device_id, (void)code, (void)bits;
   size_t n = (size_t)((nbytes + EKB_ALIGN - 1) / EKB_ALIGN * EKB_ALIGN);
   void* p = NULL;
-  if (posix_memalign(&p, EKB_ALIGN, n ? n : EKB_ALIGN) != 0) return NULL;
-  return p;
+  if (posix_memalign(&p, EKB_ALIGN, n + EKB_ALIGN) != 0) return NULL;
+  *(size_t*)p = (size_t)nbytes;
+  size_t now = __atomic_add_fetch(&g_ws_now, (size_t)nbytes, __ATOMIC_RELAXED);
+  size_t peak = __atomic_load_n(&g_ws_peak, __ATOMIC_RELAXED);
+  while (now > peak &&
+         !__atomic_compare_exchange_n(&g_ws_peak, &peak, now, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+  }
+  return (char*)p + EKB_ALIGN;
 }
 
 static int ekb_free_workspace(int device_type, int device_id, void* ptr) {
   (void)device_type, (void)device_id;
-  free(ptr);
+  if (ptr == NULL) return 0;
+  char* base = (char*)ptr - EKB_ALIGN;
+  __atomic_sub_fetch(&g_ws_now, *(size_t*)base, __ATOMIC_RELAXED);
+  free(base);
   return 0;
 }
 

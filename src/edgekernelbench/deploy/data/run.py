@@ -2,11 +2,15 @@
 """Runs a model deployed by `ekb deploy` with TVM's runtime and NumPy only: no TVM compiler, no
 edgekernelbench.
 
-    python run.py input.npz [more.npz ...] [--out OUT.npz] [--repeat N]
+    python run.py input.npz [more.npz ...] [--out OUT.npz] [--repeat N] [--stats STATS.json]
 
 Each input file holds one array per model input, by name (manifest.json "inputs"). The outputs of each go to
 <input>.out.npz (or --out, for one input file), one array per model output, by name. --repeat N also runs
-the first input N times and prints the median milliseconds per run.
+the first input N times, each timed, and prints the median milliseconds per run. --stats FILE writes, as
+JSON: load_s (the runtime library, model.so, the VM and the weights loaded; runtime_s of it: importing
+tvm_ffi and loading libtvm_runtime), first_s (the first run),
+runs_s (each --repeat run), threads, and the process's resident memory in KiB: before loading the model
+(Python and NumPy), after loading it, and its peak (Linux /proc/self/status; else getrusage's peak).
 
 What it needs: numpy, the `apache-tvm-ffi` package (module loading, tensors) and TVM's runtime library
 libtvm_runtime.so (the Relax VM). The library is found in $TVM_RUNTIME_LIBRARY, else in the lib/ directory of
@@ -74,9 +78,11 @@ class Model:
         self.np = np
         self.manifest = json.loads((folder / "manifest.json").read_text())
         os.environ.setdefault("TVM_NUM_THREADS", str(self.manifest["threads"]))
+        t0 = time.perf_counter()
         import tvm_ffi
 
         ctypes.CDLL(runtime_library(), ctypes.RTLD_GLOBAL)  # registers the Relax VM's functions
+        self.runtime_s = time.perf_counter() - t0  # importing tvm_ffi, loading libtvm_runtime
         self.ffi = tvm_ffi
         lib = folder / self.manifest["library"]["file"]
         try:
@@ -115,22 +121,45 @@ class Model:
         return {n: self.np.array(self.np.from_dlpack(t)) for n, t in zip(names, flat, strict=True)}
 
 
+def resident_kib() -> tuple[int | None, int | None]:
+    """(resident, peak resident) KiB of this process: /proc/self/status VmRSS / VmHWM (Linux), else
+    (None, getrusage's ru_maxrss)."""
+    try:
+        fields = dict(
+            line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":" in line
+        )
+        return int(fields["VmRSS"].split()[0]), int(fields["VmHWM"].split()[0])
+    except (OSError, KeyError, ValueError):
+        import resource
+
+        return None, int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("inputs", nargs="+", type=Path, help="NPZ files: one array per model input")
     ap.add_argument("--out", type=Path, help="where the outputs go (one input file only)")
     ap.add_argument("--repeat", type=int, default=0, help="time N runs of the first input")
+    ap.add_argument("--stats", type=Path, help="write load, first-run and per-run times and memory (JSON)")
     args = ap.parse_args(argv)
     try:
         if args.out and len(args.inputs) != 1:
             raise RunError("--out takes one input file")
-        model = Model(HERE)
         import numpy as np
 
+        stats: dict = {"rss_before_load_kib": resident_kib()[0]}
+        t0 = time.perf_counter()
+        model = Model(HERE)
+        stats.update(load_s=time.perf_counter() - t0, rss_after_load_kib=resident_kib()[0])
+        stats["runtime_s"] = model.runtime_s
+        stats["threads"] = int(os.environ.get("TVM_NUM_THREADS", model.manifest["threads"]))
         for path in args.inputs:
             with np.load(path) as f:
                 feeds = {k: f[k] for k in f.files}
-            outs = model.run(model.inputs(feeds))
+            arrays = model.inputs(feeds)
+            t0 = time.perf_counter()
+            outs = model.run(arrays)
+            stats.setdefault("first_s", time.perf_counter() - t0)
             dest = args.out or path.with_name(path.name.removesuffix(".npz") + ".out.npz")
             np.savez(dest, **outs)
             shapes = ", ".join(f"{k} {v.dtype}{list(v.shape)}" for k, v in outs.items())
@@ -144,6 +173,10 @@ def main(argv=None) -> int:
                 model.run(arrays)
                 times.append(time.perf_counter() - t0)
             print(f"{args.repeat} runs: median {sorted(times)[len(times) // 2] * 1e3:.3f} ms per run")
+            stats["runs_s"] = times
+        if args.stats:
+            stats["peak_rss_kib"] = resident_kib()[1]
+            args.stats.write_text(json.dumps(stats) + "\n")
     except (RunError, OSError, ValueError, KeyError) as e:
         print(f"run.py: error: {e}", file=sys.stderr)
         return 2
