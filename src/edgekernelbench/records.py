@@ -55,6 +55,34 @@ class Correctness:
     uncounted: list[str] = field(default_factory=list)  # trials left out: the oracle's output was not finite
 
 
+@dataclass(frozen=True)
+class Node:
+    """Where a judgment ran: the machine (and, on a Ray cluster, the node), its CPU as the OS and LLVM name
+    it, its ISA, and the CPUs its judge was pinned to (a core claimed for it on a cluster; () unpinned).
+    `timing_core`: its timed phase ran on a core reserved for timing (cluster/cores.py)."""
+
+    host: str
+    ray_node: str = ""  # Ray's node id (hex); "" outside a cluster
+    cpu_model: str = ""  # /proc/cpuinfo's name
+    llvm_cpu: str = ""  # LLVM's name of the CPU ("znver3", "cascadelake")
+    isa: tuple[str, ...] = ()  # the ISA extensions that matter to kernels (backends/hostinfo.ISA_FEATURES)
+    cpus: tuple[int, ...] = ()
+    timing_core: bool = False
+
+    @property
+    def label(self) -> str:
+        """How a report names it: the host, and the first 8 digits of Ray's node id on a cluster."""
+        return f"{self.host}/{self.ray_node[:8]}" if self.ray_node else self.host
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Node:
+        known = {f.name for f in dataclasses.fields(cls)}
+        d = {k: v for k, v in d.items() if k in known}
+        for k in ("isa", "cpus"):
+            d[k] = tuple(d.get(k) or ())
+        return cls(**d)
+
+
 @dataclass
 class Result:
     problem: str
@@ -88,6 +116,7 @@ class Result:
     candidate_sha256: str = ""  # SHA-256 of the candidate's bytes as judged (its file, else its spec JSON)
     judge_version: str = ""  # the judge that gave the verdict (harness.job.judge_version())
     profile_sha256: str = ""  # SHA-256 of the backend profile the candidate was judged on (its content)
+    node: Node | None = None  # where it was judged (None: a store from before it was recorded)
     extra: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
@@ -101,6 +130,8 @@ class Result:
         if d.get("runtime"):
             d["runtime"] = Timing(**d["runtime"])
         d["baselines"] = {k: Timing(**v) for k, v in (d.get("baselines") or {}).items()}
+        if d.get("node"):
+            d["node"] = Node.from_dict(d["node"])
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in known})
 

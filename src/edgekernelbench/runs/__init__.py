@@ -7,11 +7,9 @@ The run directory's layout is rundir.py's.
 
 from __future__ import annotations
 
-import json
+import contextlib
 import logging
 import os
-import subprocess
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -19,9 +17,10 @@ from pathlib import Path
 from .. import metrics
 from ..backends.base import BackendProfile
 from ..backends.peak import profile_peak
+from ..cluster.session import ClusterConfig
 from ..errors import MalformedCandidate, RunDirError
 from ..files import UntrustedFileError, read_regular, sha256_hex
-from ..harness.api import JudgeConfig, evaluate, profile_digest
+from ..harness.api import JudgeConfig, datasheet_peak, evaluate, measure_peak_isolated, profile_digest
 from ..harness.job import judge_version
 from ..ir.spec import MAX_CANDIDATE_BYTES, read_candidate
 from ..problems import get_problem
@@ -75,6 +74,9 @@ class EvalConfig:
     judge: JudgeConfig = field(default_factory=JudgeConfig)
     retry_infra: bool = True  # re-run records whose failure was the harness's, not the candidate's
     jobs: int | None = None  # candidates judged at once where nothing is timed here (None: local_jobs)
+    # where the judgments run: a Ray cluster or a local Ray instance (--ray, --jobs N > 1;
+    # runs/distributed.py); None: on this machine, by this process's workers
+    cluster: ClusterConfig | None = None
     # name -> BackendProfile as its file defines it: each backend's profile, resolved once for the command
     # (the CLI fills it; `profile` resolves a missing one once) and passed down to evaluate() and its workers
     profiles: dict[str, BackendProfile] = field(default_factory=dict)
@@ -132,19 +134,36 @@ def pending(store: RunStore, refs: list[CandidateRef], backend: str, retry_infra
     return out
 
 
-def evaluate_ref(
-    ref: CandidateRef, backend: str, cfg: EvalConfig, tracker: str | None = None, peak: dict | None = None
-) -> Result:
+def read_ref(ref: CandidateRef, backend: str, cfg: EvalConfig):
+    """(KernelSpec, SHA-256 of its bytes) of a candidate file, read as untrusted; or, when it does not parse,
+    its recorded failure (a Result: parse_error, whatever the file holds being the candidate's fault)."""
     try:
-        spec, digest = read_candidate(ref.path, ref.problem)
+        return read_candidate(ref.path, ref.problem)
     except Exception as e:  # noqa: BLE001 -- whatever the file holds is the candidate's fault: recorded
         why = str(e) if isinstance(e, MalformedCandidate) else f"{ref.path}: {type(e).__name__}: {e}"
         res = Result(ref.problem, ref.sample, backend, candidate=str(ref.path)).failure("parse_error", why)
         # the bytes that failed to parse: a resumed run skips them until they change
-        res.candidate_sha256 = candidate_digest(ref.path) or ""
-        res.judge_version = judge_version()
-        res.profile_sha256 = profile_digest(cfg.profile(backend))
-        return res
+        return stamp(res, candidate_digest(ref.path) or "", cfg.profile(backend))
+
+
+def stamp(res: Result, digest: str, profile: BackendProfile) -> Result:
+    """A result the driver made itself (a candidate that does not parse, a judgment the cluster lost): the
+    candidate's bytes, this judge and the profile, as evaluate() records them."""
+    res.candidate_sha256, res.judge_version, res.profile_sha256 = (
+        digest,
+        judge_version(),
+        profile_digest(profile),
+    )
+    return res
+
+
+def evaluate_ref(
+    ref: CandidateRef, backend: str, cfg: EvalConfig, tracker: str | None = None, peak: dict | None = None
+) -> Result:
+    read = read_ref(ref, backend, cfg)
+    if isinstance(read, Result):
+        return read
+    spec, digest = read
     return evaluate(
         ref.problem,
         spec,
@@ -209,17 +228,25 @@ def eval_run(
     problems: list[str] | None = None,
     on_start: Callable[[str, int], None] | None = None,
     on_result: Callable[[Result], None] | None = None,
+    on_progress: Callable | None = None,
 ) -> dict[str, int]:
-    """Evaluates every pending (problem, sample, backend); returns counts of what was done."""
+    """Evaluates every pending (problem, sample, backend); returns counts of what was done. With
+    cfg.cluster, the judgments of locally judged backends run on Ray (runs/distributed.py; `on_progress` gets
+    its cluster.pool.Progress); the run store is written here, by this process only, one result per
+    judgment (JudgmentKey: an answer that comes twice is recorded once)."""
+    from ..backends.hostinfo import node_here
+    from ..cluster.tasks import JudgmentKey
+
     refs = discover(run_dir)
     if problems:
         wanted = {get_problem(p).id for p in problems}
         refs = [r for r in refs if r.problem in wanted]
     counts = {"evaluated": 0, "skipped": 0, "correct": 0}
     preflight(cfg.backends, cfg)
-    with RunStore(run_dir) as store:
+    with RunStore(run_dir) as store, contextlib.ExitStack() as stack:
         store.set_meta("eval_config", {"backends": cfg.backends, **cfg.judge.record()})
         store.record_environment()  # the machine and software versions, for the report
+        here, on_ray = None, None
         for backend in cfg.backends:
             todo = pending(store, refs, backend, cfg.retry_infra)
             counts["skipped"] += len(refs) - len(todo)
@@ -228,9 +255,28 @@ def eval_run(
                 workers = local_jobs(backend, cfg)
             if on_start:
                 on_start(backend, len(todo))
-            measured = cfg.judge.measure and todo
-            peak = backend_peak(store, cfg.profile(backend), cfg.judge.threads) if measured else None
-            for _ref, res in _evaluate_all(todo, backend, cfg, tracker, workers, peak):
+            if todo and tracker is None and cfg.cluster is not None:
+                if on_ray is None:
+                    from .distributed import RayJudging
+
+                    on_ray = stack.enter_context(RayJudging(cfg.cluster, cfg.judge.threads))
+                judged = on_ray.judge(store, todo, backend, cfg, on_progress)
+            else:
+                measured = cfg.judge.measure and todo
+                peak = backend_peak(store, cfg.profile(backend), cfg.judge.threads) if measured else None
+                judged = (
+                    (res, peak) for _ref, res in _evaluate_all(todo, backend, cfg, tracker, workers, peak)
+                )
+            recorded: set[JudgmentKey] = set()
+            for res, peak in judged:
+                key = JudgmentKey.of(res)
+                if key in recorded:
+                    log.warning("%s: judged twice; the second result is dropped", key)
+                    continue
+                recorded.add(key)
+                if res.node is None:  # judged by this process's workers
+                    here = here or node_here()
+                    res.node = here
                 problem = get_problem(res.problem)
                 roof = metrics.result_roofline(res, peak, problem.cost.bytes_written, problem.integer)
                 if roof:
@@ -263,45 +309,4 @@ def backend_peak(store: RunStore, backend: str | BackendProfile, threads: int) -
     peak = measure_peak_isolated(profile, threads)
     if peak:
         store.set_meta(key, peak)
-    elif profile.peak_flops and profile.peak_bandwidth:
-        peak = {
-            "flops": float(profile.peak_flops),
-            "bandwidth": float(profile.peak_bandwidth),
-            "threads": threads,
-            "source": profile.peak_source,
-        }
-    return peak
-
-
-def measure_peak_isolated(backend: str | BackendProfile, threads: int, mib: int | None = None) -> dict | None:
-    """Measures the backend's peaks with backends/peak.py in a fresh process whose thread pool has
-    `threads` threads (local backends, CPU or GPU; None otherwise or on failure): FLOP/s and the
-    bandwidth of each memory level (cache sizes from sysfs, else the profile's caches table).
-    `mib`: DRAM buffer (None: automatic)."""
-    from ..backends.host import resolve_target
-    from ..backends.registry import as_profile
-
-    profile = as_profile(backend, threads)
-    if profile.run != "local":
-        return None
-    from ..harness.isolation import ENV_ALLOW
-
-    env = {k: v for k, v in os.environ.items() if k in ENV_ALLOW}  # PATH, a GPU's libraries, ...
-    env.update(TVM_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
-    cmd = [
-        sys.executable,
-        "-m",
-        "edgekernelbench.backends.peak",
-        "--target",
-        json.dumps(resolve_target(profile)),
-        "--threads",
-        str(threads),
-        *(["--mib", str(mib)] if mib else []),
-        *(["--caches", json.dumps(profile.caches)] if profile.caches else []),
-    ]
-    try:
-        out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, check=True).stdout
-        return json.loads(out.strip().splitlines()[-1])
-    except (subprocess.SubprocessError, json.JSONDecodeError, IndexError) as e:
-        log.warning("peak measurement failed on %s: %s", profile.name, e)
-        return None
+    return peak or datasheet_peak(profile, threads)
