@@ -75,6 +75,18 @@ def _reachable(address: str) -> None:
         raise ClusterError(f"--ray {address}: no Ray cluster answers there ({e})") from None
 
 
+SOCKET_ROOM = 30  # Ray's socket paths (AF_UNIX: at most 107 bytes) take ~75 bytes below its directory
+
+
+def _short_tmp() -> str:
+    """Where a local instance's directory goes: $RAY_TMPDIR, else the temporary directory when its path is
+    short enough for Ray's sockets, else /tmp."""
+    for d in (os.environ.get("RAY_TMPDIR"), tempfile.gettempdir()):
+        if d and len(d) <= SOCKET_ROOM and os.path.isdir(d):
+            return d
+    return "/tmp"
+
+
 @dataclass
 class Session:
     """A connected Ray: its module, whether this command started it, and the driver's node."""
@@ -111,7 +123,7 @@ def session(cfg: ClusterConfig, threads: int = 1) -> Iterator[Session]:
         from .cores import timing_slots
 
         cpus = max(1, cfg.jobs) * max(1, threads)
-        logs = tempfile.mkdtemp(prefix="ekb-ray-")  # its logs and sockets: removed with it
+        logs = tempfile.mkdtemp(prefix="ekb-ray-", dir=_short_tmp())  # its logs and sockets: removed with it
         with without_secrets():  # the instance's processes (its workers) start without them
             ray.init(
                 num_cpus=cpus, resources={TIMING: min(cpus, timing_slots())}, _temp_dir=logs, **_init_kwargs()
