@@ -142,9 +142,11 @@ def _cluster(address: str | None, jobs: int | None):
     runs."""
     if not address and not (jobs and jobs > 1):
         return None
-    from ..cluster.session import ClusterConfig, require_ray
+    from ..cluster.session import ClusterConfig, check_address, require_ray
 
     require_ray()
+    if address:
+        check_address(address)  # nobody there: one line now, not after the run has started
     return ClusterConfig(address=address or None, jobs=jobs or 1)
 
 

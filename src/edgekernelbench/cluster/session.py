@@ -58,7 +58,7 @@ def require_ray():
     return ray
 
 
-def _reachable(address: str) -> None:
+def check_address(address: str) -> None:
     """A host:port nobody answers at is one clear error now (ray.init would retry for minutes)."""
     host, sep, port = address.rpartition(":")
     if address == "auto" or not sep:
@@ -112,7 +112,7 @@ def session(cfg: ClusterConfig, threads: int = 1) -> Iterator[Session]:
         yield Session(ray, False, ray.get_runtime_context().get_node_id())
         return
     if cfg.address:
-        _reachable(cfg.address)
+        check_address(cfg.address)
         try:
             kwargs = _init_kwargs()
             del kwargs["include_dashboard"]  # a setting of the head, not of a driver that connects
