@@ -113,7 +113,7 @@ def test_verdicts_on_two_nodes_equal_a_serial_runs(cluster, tmp_path):
     with RunStore(spread) as store:
         nodes = {r.sample: r.node for r in store.results()}
     assert {n.ray_node for n in nodes.values()} == worker_ids(cluster)  # both nodes judged, nothing else
-    assert all(not n.timing_core and len(n.cpus) == 1 and n.cpu_model for n in nodes.values())
+    assert all(not n.timing_core and n.cpus and n.cpu_model for n in nodes.values())
     assert seen and seen[-1].startswith("done 3 · running 0 · failed 0")
     # the report says which node judged what
     p = subprocess.run(

@@ -75,16 +75,19 @@ def test_untimed_claims_share_a_core_a_timed_one_waits_for(one_core):
             pass
 
 
-def test_untimed_claims_take_free_cores_first(monkeypatch, tmp_path):
+def test_an_untimed_claim_runs_on_every_core_no_timed_claim_holds(monkeypatch, tmp_path):
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:
         pytest.skip("one CPU here: nothing to spread over")
     monkeypatch.setenv("EKB_CORE_LOCKS", str(tmp_path))
     two = Cores(((cpus[0],), (cpus[1],)), "test")
-    with claim_cores(1, False, 1, two) as a, claim_cores(1, False, 1, two) as b:
-        assert {a.cpus, b.cpus} == {(cpus[0],), (cpus[1],)}
-        with claim_cores(1, False, 1, two) as c:  # no free core left: it shares one
-            assert c.cpus in {a.cpus, b.cpus}
+    with claim_cores(1, False, 1, two) as a:
+        assert a.cpus == (cpus[0], cpus[1])  # its builder and judge spread over both
+        # a timed claim waits for a core no untimed task holds
+        with pytest.raises(CoreBusy), claim_cores(1, True, 0.2, two):
+            pass
+    with claim_cores(1, True, 1, two) as timed, claim_cores(1, False, 1, two) as untimed:
+        assert timed.cpus == (cpus[0],) and untimed.cpus == (cpus[1],)  # never on the timed core
 
 
 def test_secrets_are_named_kept_out_and_given_back(monkeypatch):

@@ -8,9 +8,11 @@ one machine share them; released by the kernel when the process dies) and pins i
 starts to their logical CPUs.
 
 - A timed task claims its cores exclusively (LOCK_EX): no other claim on them while it holds them, whether
-  timed or not, and both SMT siblings of a core are its.
-- An untimed task (correctness only) claims a core shared (LOCK_SH): it takes a free core when there is
-  one, else shares a core with other untimed tasks; never a core a timed task holds.
+  timed or not, and both SMT siblings of a core are its. It holds them for its whole judgment (the judge
+  builds, checks and times in one sandboxed process tree, pinned there).
+- An untimed task (correctness only) claims shared (LOCK_SH) every core no timed task holds, and runs on
+  all of them (its builder and judge run at once); never on a core a timed task holds. A timed task waits
+  for a core no untimed task holds (on a node that mixes timed and untimed work, of two runs at once).
 
 Physical cores come from Linux sysfs (topology/core_cpus_list, else thread_siblings_list), restricted to
 the CPUs this process may run on; without them every CPU counts as a core of its own (and says so). A VM's
@@ -129,28 +131,19 @@ def _try(fd: int, mode: int) -> bool:
 
 
 def _take(directory: Path, cores: Cores, n: int, exclusive: bool) -> list[tuple[int, tuple[int, ...]]]:
-    """One attempt: n cores (fd, CPUs), or [] (nothing held). Exclusive: n free cores. Shared: free cores
-    first (taken exclusively, then shared), then cores other untimed tasks share."""
+    """One attempt; [] when it holds nothing. Exclusive: n cores nobody holds (fd, CPUs), or nothing. Shared:
+    every core no timed task holds (at least n), so that an untimed judgment's builder and judge spread over
+    them as they would on a machine of their own."""
     held: list[tuple[int, tuple[int, ...]]] = []
-    passes = [fcntl.LOCK_EX] if exclusive else [fcntl.LOCK_EX, fcntl.LOCK_SH]
-    order = (
-        cores.groups if exclusive else tuple(reversed(cores.groups))
-    )  # timed from one end, untimed the other
-    for mode in passes:
-        for group in order:
-            if len(held) == n:
-                break
-            if any(g == group for _, g in held):
-                continue
-            fd = _open_lock(directory, group)
-            got = _try(fd, mode)
-            if got and not exclusive and mode == fcntl.LOCK_EX:
-                got = _try(fd, fcntl.LOCK_SH)  # a free core, now open to other untimed tasks
-            if got:
-                held.append((fd, group))
-            else:
-                os.close(fd)
-    if len(held) == n:
+    for group in cores.groups:
+        if exclusive and len(held) == n:
+            break
+        fd = _open_lock(directory, group)
+        if _try(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH):
+            held.append((fd, group))
+        else:
+            os.close(fd)
+    if len(held) >= n:
         return held
     for fd, _ in held:
         os.close(fd)
@@ -168,8 +161,8 @@ def claim_cores(n: int, exclusive: bool, wait_s: float, cores: Cores | None = No
     deadline = time.monotonic() + wait_s
     while not (held := _take(directory, cores, n, exclusive)):
         if time.monotonic() > deadline:
-            kind = "free" if exclusive else "untimed"
-            raise CoreBusy(f"no {n} {kind} core(s) of {cores.count} within {wait_s:.0f} s ({directory})")
+            what = f"{n} free core(s)" if exclusive else "core that no timed task holds"
+            raise CoreBusy(f"no {what} of {cores.count} within {wait_s:.0f} s ({directory})")
         time.sleep(POLL_S)
     cpus = tuple(sorted(c for _, group in held for c in group))
     before = None
