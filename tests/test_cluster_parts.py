@@ -162,6 +162,8 @@ def test_nobody_at_the_address_is_one_line(tmp_path, capsys):
     assert err.startswith("ekb: error: --ray 127.0.0.1:1: no Ray cluster answers there") and "\n" not in err
     assert ekb_main("eval", tmp_path, "--ray", "ray://10.0.0.1:10001", "--no-measure") == 2
     assert "Ray Client addresses are not supported" in capsys.readouterr().err
+    assert ekb_main("eval", tmp_path, "--ray", "headnode", "--no-measure") == 2
+    assert "give the head's address as HOST:PORT" in capsys.readouterr().err
 
 
 def test_an_external_agent_is_refused_on_ray(tmp_path, capsys):
@@ -190,3 +192,30 @@ def test_cluster_start_declares_the_timing_slots(capsys):
     )
     assert ekb_main("cluster", "start", "--dry-run") == 2
     assert "give either --head" in capsys.readouterr().err
+
+
+def test_an_episodes_files_come_back_into_the_run_directory_only(tmp_path):
+    from edgekernelbench.cluster.agents import _files, write_files
+
+    scratch = tmp_path / "scratch"
+    (scratch / "agents" / "metaschedule" / "L1_x").mkdir(parents=True)
+    (scratch / "agents" / "metaschedule" / "L1_x" / "database_tuning_record.json").write_text("[1]\n")
+    (scratch / "agents" / "link").symlink_to(tmp_path / "elsewhere")
+    files = _files(scratch)
+    assert files == [("agents/metaschedule/L1_x/database_tuning_record.json", b"[1]\n")]  # no link followed
+    run = tmp_path / "run"
+    run.mkdir()
+    write_files(run, [*files, ("../escaped.txt", b"x"), ("/tmp/abs.txt", b"y")])
+    assert (run / files[0][0]).read_bytes() == b"[1]\n"
+    assert not (tmp_path / "escaped.txt").exists() and not (run / "tmp").exists()
+
+
+def test_progress_reads_per_node():
+    from edgekernelbench.cluster.pool import Progress
+
+    p = Progress(total=5, done=3, running=2, failed=1)
+    p.node("h/aaaaaaaa").done, p.node("h/aaaaaaaa").running = 2, 1
+    p.node("h/bbbbbbbb").done, p.node("h/bbbbbbbb").failed = 1, 1
+    assert (
+        p.line() == "done 3 · running 2 · failed 1 | h/aaaaaaaa 2/1/0, h/bbbbbbbb 1/0/1 (done/running/failed)"
+    )

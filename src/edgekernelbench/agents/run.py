@@ -102,7 +102,7 @@ def _store_final(store, run_dir: Path, outcome: EpisodeOutcome, final: Final, cf
     path = write_candidate(run_dir, outcome.problem, k, ".json", spec.to_json() + "\n")
     res = copy.deepcopy(final.result)
     res.sample, res.method, res.candidate, res.spec_hash = k, spec.method, str(path), spec.hash()
-    if res.node is None:  # judged on this machine
+    if res.node is None and getattr(cfg.backend, "run", "local") == "local":  # judged on this machine
         res.node = node_here()
     problem = get_problem(res.problem)
     roof = metrics.result_roofline(res, outcome.peak, problem.cost.bytes_written, problem.integer)

@@ -211,8 +211,9 @@ class Pool(Generic[T]):
                         continue
                     flights.pop(gen)
                     progress.done += 1
-                    progress.running -= 1
-                    progress.node(f.node).running -= 1
+                    if f.started is not None:  # (a task may answer without starting: no core for it)
+                        progress.running -= 1
+                        progress.node(f.node).running -= 1
                     progress.node(f.node).done += 1
                     report()
                     yield f.item, msg

@@ -59,15 +59,18 @@ def require_ray():
 
 
 def check_address(address: str) -> None:
-    """A host:port nobody answers at is one clear error now (ray.init would retry for minutes)."""
-    host, sep, port = address.rpartition(":")
-    if address == "auto" or not sep:
+    """An address that is not HOST:PORT (or "auto"), or one nobody answers at, is one clear error now
+    (ray.init would retry for minutes)."""
+    if address == "auto":
         return
     if address.startswith("ray://"):
         raise ClusterError(
             f"--ray {address}: Ray Client addresses are not supported; give the head's address HOST:PORT "
             "and run ekb on a machine of the cluster"
         )
+    host, sep, port = address.rpartition(":")
+    if not (sep and host and port.isdigit()):
+        raise ClusterError(f"--ray {address}: give the head's address as HOST:PORT (or auto)")
     try:
         with socket.create_connection((host.strip("[]"), int(port)), timeout=5):
             pass

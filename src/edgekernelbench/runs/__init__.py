@@ -274,7 +274,7 @@ def eval_run(
                     log.warning("%s: judged twice; the second result is dropped", key)
                     continue
                 recorded.add(key)
-                if res.node is None:  # judged by this process's workers
+                if res.node is None and tracker is None:  # judged here, by this process's workers
                     here = here or node_here()
                     res.node = here
                 problem = get_problem(res.problem)
