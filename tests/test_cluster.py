@@ -33,10 +33,12 @@ NODE_SECRET = "sk-ekb-test-node-secret"  # in the environment the nodes were sta
 DRIVER_SECRET = "sk-ekb-test-driver-only"  # in the driver's environment only
 WRONG = prim("for i, j in T.grid(4, 8):\n    out[i, j] = x[i, j] * w1[j]")
 SYNTAX = "this is not python ("
-FAST_HEALTH = {
-    "health_check_period_ms": 500,
-    "health_check_failure_threshold": 3,
-    "health_check_timeout_ms": 500,
+# a killed node declared dead after about 5 s (Ray's default: 15 s), not so fast that a busy machine's slow
+# heartbeat counts as a death
+HEALTH = {
+    "health_check_period_ms": 1000,
+    "health_check_failure_threshold": 5,
+    "health_check_timeout_ms": 1000,
 }
 
 
@@ -56,7 +58,7 @@ def cluster(tmp_path_factory):
     os.environ.update(env)
     c = Cluster(
         initialize_head=True,
-        head_node_args={"num_cpus": 0, "include_dashboard": False, "_system_config": FAST_HEALTH},
+        head_node_args={"num_cpus": 0, "include_dashboard": False, "_system_config": HEALTH},
     )
     try:
         for _ in range(2):
@@ -112,6 +114,9 @@ def test_verdicts_on_two_nodes_equal_a_serial_runs(cluster, tmp_path):
     )
     with RunStore(spread) as store:
         nodes = {r.sample: r.node for r in store.results()}
+        isolation = {r.sample: r.extra["isolation"] for r in store.results()}
+    with RunStore(serial) as store:  # builder and judge in the same sandbox as on one machine
+        assert isolation == {r.sample: r.extra["isolation"] for r in store.results()}
     assert {n.ray_node for n in nodes.values()} == worker_ids(cluster)  # both nodes judged, nothing else
     assert all(not n.timing_core and n.cpus and n.cpu_model for n in nodes.values())
     assert seen and seen[-1].startswith("done 3 · running 0 · failed 0")

@@ -219,3 +219,19 @@ def test_progress_reads_per_node():
     assert (
         p.line() == "done 3 · running 2 · failed 1 | h/aaaaaaaa 2/1/0, h/bbbbbbbb 1/0/1 (done/running/failed)"
     )
+
+
+def test_a_node_resolves_the_profile_itself_and_refuses_an_isa_it_lacks():
+    from edgekernelbench.backends.hostinfo import host_facts, missing_features
+    from edgekernelbench.backends.profiles import load_profiles
+    from edgekernelbench.cluster.tasks import NodeCannotRun, profile_here
+
+    profiles = load_profiles()
+    assert profile_here(profiles["host-cpu"]).vector_bits == host_facts().vector_bits  # this node's, detected
+    pinned = profiles["host-avx512"]
+    missing = missing_features(pinned)
+    if missing:  # an AVX2-only CPU: its candidates would die of SIGILL here
+        with pytest.raises(NodeCannotRun, match=missing[0]):
+            profile_here(pinned)
+    else:
+        assert profile_here(pinned).vector_bits == 512

@@ -130,13 +130,14 @@ def agent_cmd(
     (profile,) = _profiles(backend, threads)
     from ..backends.hostinfo import require_isa
 
-    require_isa(profile)  # candidates for an ISA this CPU lacks would only die of SIGILL
+    cluster = _cluster(ray, jobs)
+    if not (cluster and cluster.address):  # a cluster's nodes check their own CPU (cluster/tasks)
+        require_isa(profile)  # candidates for an ISA this CPU lacks would only die of SIGILL
     if not profile.can_time:
         raise EKBError(f"{backend} cannot time anything here: agents need a backend that can (e.g. host-cpu)")
     probs = select(level=level, subset=subset, ids=list(problems) or None, suite=suite)
     if not probs:
         raise EKBError("no problems selected")
-    cluster = _cluster(ray, jobs)
     if cluster is not None and agent_cmd and "cli" in wanted:
         raise EKBError(
             "--methods cli with --agent-cmd runs an external agent that needs API keys where it runs: "

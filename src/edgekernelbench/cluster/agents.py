@@ -35,7 +35,7 @@ from ..records import Node
 from ..store import RunStore
 from .pool import Lost, Need, Pool, Started
 from .session import ClusterConfig, check_nodes, session
-from .tasks import known_peaks, node_peak, peak_key, prepare
+from .tasks import known_peaks, node_peak, peak_key, prepare, profile_here
 
 log = logging.getLogger(__name__)
 RETRIES = 1
@@ -83,17 +83,18 @@ def episode_task(task: EpisodeTask):
 def _episode(task: EpisodeTask, where) -> EpisodeResult:
     from .mailbox import MailboxService
 
-    cfg = task.cfg
-    peak, measured = node_peak(cfg.backend, cfg.threads, where.node.cpu_model, task.peaks)
+    cfg, peak, measured = task.cfg, None, False
     with tempfile.TemporaryDirectory(prefix="ekb-episode-") as tmp:
         scratch = Path(tmp)
         run_dir, db = scratch / "run", scratch / "kernels.db"
-        with KernelDB(db) as kdb:
-            kdb.import_entries(task.kernels)
-        cfg = replace(cfg, kernel_db=db, peak=peak)
         steps = StepLog()
         service = MailboxService(task.mailbox, cfg.model) if task.mailbox is not None and cfg.model else None
         try:
+            profile = profile_here(cfg.backend)  # this node's vector width and caches for the search
+            peak, measured = node_peak(profile, cfg.threads, where.node.cpu_model, task.peaks)
+            with KernelDB(db) as kdb:
+                kdb.import_entries(task.kernels)
+            cfg = replace(cfg, backend=profile, kernel_db=db, peak=peak)
             outcome = run_episode(get_problem(task.problem), task.method, cfg, steps, run_dir, service)
         except Exception as e:  # noqa: BLE001 -- the episode's failure, recorded; the run goes on
             log.exception("%s: the episode failed", task)

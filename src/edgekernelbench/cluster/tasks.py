@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from ..backends.base import BackendProfile
+from ..errors import EKBError
 from ..harness.api import JudgeConfig, datasheet_peak, evaluate, measure_peak_isolated
 from ..machine import cpu_model
 from ..records import Node, Result
@@ -128,6 +129,22 @@ def known_peaks(store: RunStore, profile: BackendProfile, threads: int, local: b
     return {cpu: p for cpu, p in peaks.items() if p}
 
 
+class NodeCannotRun(EKBError):
+    """The backend's ISA is one this node's CPU lacks."""
+
+
+def profile_here(profile: BackendProfile) -> BackendProfile:
+    """The profile as this node resolves it (a host profile takes the node's vector width and caches:
+    backends.hostinfo.resolve_host); NodeCannotRun when its ISA is one this node lacks (its candidates
+    would die of SIGILL here)."""
+    from ..backends.hostinfo import missing_features, resolve_host
+
+    missing = missing_features(profile)
+    if missing:
+        raise NodeCannotRun(f"{profile.name} needs {', '.join(missing)}, which this node's CPU lacks")
+    return resolve_host(profile)
+
+
 def judge_task(task: JudgeTask):
     """A Ray generator task: Started(node), then a JudgeOutcome."""
     deadline = task.judge.limits.timeout_s
@@ -144,23 +161,23 @@ def _judge(task: JudgeTask, where: Placement) -> JudgeOutcome:
     from ..ir.spec import KernelSpec
 
     peak, measured = None, False
-    if task.timed:
-        peak, measured = node_peak(task.profile, task.judge.threads, where.node.cpu_model, task.peaks)
     try:
-        spec = KernelSpec.from_dict(task.spec)
+        profile = profile_here(task.profile)
+        if task.timed:
+            peak, measured = node_peak(profile, task.judge.threads, where.node.cpu_model, task.peaks)
         res = evaluate(
             task.key.problem,
-            spec,
-            task.profile,
+            KernelSpec.from_dict(task.spec),
+            profile,
             task.judge,
             sample=task.key.sample,
             source=task.source,
             peak=peak,
             candidate_sha256=task.key.candidate_sha256,
         )
-    except Exception as e:  # noqa: BLE001 -- the harness's own failure on this candidate: recorded
+    except Exception as e:  # noqa: BLE001 -- the harness's (or this node's) failure on this candidate: recorded
         log.exception("%s: the worker failed", task.key)
         res = Result(task.key.problem, task.key.sample, task.key.backend, candidate=task.source)
-        res.failure("infra", f"the cluster's worker failed on this candidate: {type(e).__name__}: {e}")
+        res.failure("infra", f"{where.node.label} could not judge it: {type(e).__name__}: {e}")
     res.node = where.node
     return JudgeOutcome(res, peak, measured, where.secrets)

@@ -184,7 +184,8 @@ def preflight(backends: list[str], cfg: EvalConfig) -> None:
 
     for backend in backends:
         require_device(cfg.profile(backend), cfg.judge.tracker)
-        require_isa(cfg.profile(backend))
+        if not (cfg.cluster and cfg.cluster.address):  # a cluster's nodes check their own CPU (cluster/tasks)
+            require_isa(cfg.profile(backend))
 
 
 def device_plan(backend: str, cfg: EvalConfig) -> tuple[str | None, int]:
