@@ -275,8 +275,9 @@ def test_missing_toolchain_is_an_infra_failure_not_the_candidates(tmp_path, monk
 
 
 def test_emulated_runs_judge_several_candidates_at_once(tmp_path):
-    """Nothing is timed under emulation, so `ekb eval` runs --jobs workers at once there; a backend
-    that times here keeps one (a second worker would disturb its timings)."""
+    """Nothing is timed under emulation, so `ekb eval` judges several candidates at once there by default
+    (threads); a backend that times here keeps one (a second worker would disturb its timings). `--jobs 2`
+    judges on a local Ray instance of two workers (docs/cluster.md)."""
     from test_cli import ekb, write_candidates
 
     from edgekernelbench.harness.api import JudgeConfig

@@ -198,6 +198,33 @@ _MOVED_FROM_EXTRA = {
 }
 
 
+@dataclass(frozen=True)
+class Node:
+    """Where a judgment ran: the machine (and, on a Ray cluster, the node), its CPU as the OS and LLVM name
+    it, its ISA, and the CPUs its judge was pinned to (a core claimed for it on a cluster; () unpinned).
+    `timing_core`: its timed phase ran on a core reserved for timing (cluster/cores.py)."""
+
+    host: str
+    ray_node: str = ""  # Ray's node id (hex); "" outside a cluster
+    cpu_model: str = ""  # /proc/cpuinfo's name
+    llvm_cpu: str = ""  # LLVM's name of the CPU ("znver3", "cascadelake")
+    isa: tuple[str, ...] = ()  # the ISA extensions that matter to kernels (backends/hostinfo.ISA_FEATURES)
+    cpus: tuple[int, ...] = ()
+    timing_core: bool = False
+
+    @property
+    def label(self) -> str:
+        """How a report names it: the host, and the first 8 digits of Ray's node id on a cluster."""
+        return f"{self.host}/{self.ray_node[:8]}" if self.ray_node else self.host
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Node:
+        d = _known(cls, d)
+        for k in ("isa", "cpus"):
+            d[k] = tuple(d.get(k) or ())
+        return cls(**d)
+
+
 @dataclass
 class Result:
     problem: str
@@ -237,6 +264,7 @@ class Result:
     stateless: StatelessTiming | None = None  # its kernels on overwritten outputs vs its timed calls
     kernels: list[KernelTime] = field(default_factory=list)  # per-kernel profile, when asked (Job.profile)
     baseline_kernels: dict[str, list[KernelTime]] = field(default_factory=dict)  # each baseline's profile
+    node: Node | None = None  # where it was judged (None: a store from before it was recorded)
     extra: dict = field(default_factory=dict)  # the rest: phases, isolation, runner, backend's notes, ...
 
     @property
@@ -267,6 +295,8 @@ class Result:
         d["stateless"] = StatelessTiming.from_dict(d.get("stateless"))
         d["kernels"] = kernel_times(d.get("kernels"))
         d["baseline_kernels"] = {k: kernel_times(v) for k, v in (d.get("baseline_kernels") or {}).items()}
+        if d.get("node"):
+            d["node"] = Node.from_dict(d["node"])
         return cls(**_known(cls, d))
 
     def failure(self, reason: str, detail: str) -> Result:

@@ -93,7 +93,35 @@ def verdict_text(res: Result) -> str:
     return f"{res.reason}: {(res.detail or '').strip().splitlines()[0][:300] if res.detail else ''}"
 
 
+@dataclass(frozen=True)
+class Step:
+    """One step of a trajectory, as the run store's agent_steps keeps it."""
+
+    problem: str
+    method: str
+    step: int
+    record: dict
+
+
+class StepLog:
+    """A trajectory kept in memory, for an episode whose process does not write the run store (a cluster's
+    worker): the driver writes its steps when the episode's outcome comes back. Takes the run store's place
+    in Episode (put_agent_step, clear_agent_steps)."""
+
+    def __init__(self) -> None:
+        self.steps: list[Step] = []
+
+    def put_agent_step(self, problem: str, method: str, step: int, record: dict) -> None:
+        self.steps = [s for s in self.steps if (s.problem, s.method, s.step) != (problem, method, step)]
+        self.steps.append(Step(problem, method, int(step), record))
+
+    def clear_agent_steps(self, problem: str, method: str) -> None:
+        self.steps = [s for s in self.steps if (s.problem, s.method) != (problem, method)]
+
+
 class Episode:
+    """`store`: where its trajectory goes, step by step (the RunStore, or a StepLog)."""
+
     def __init__(self, problem, method: str, cfg: AgentConfig, store, run_dir: Path):
         self.problem, self.method, self.cfg, self.store, self.run_dir = (
             problem,

@@ -44,7 +44,7 @@ def run_metaschedule(ep: Episode) -> None:
         trials=trials,
         measured=report["measured"],
         seconds=report["wall_s"],
-        database=str(work),
+        database=work.relative_to(ep.run_dir).as_posix(),  # relative to the run directory
         kernels=[
             {
                 k: row[k]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import EKBError
@@ -24,18 +25,76 @@ class ModelError(EKBError):
     """The provider failed for good on one call (after its retries); the call still counts."""
 
 
-class ModelClient:
+@dataclass(frozen=True)
+class Answer:
+    """A model call's answer: the completion and whether it came from the cache, or the provider's error."""
+
+    completion: Completion | None
+    cached: bool = False
+    error: str = ""  # a ProviderError's message (then completion is None)
+
+
+class ModelService:
+    """Where an agent's model calls are made: the provider (with the API keys of the process that holds it),
+    the shared response cache, and RUN_DIR/responses.jsonl. In `ekb agent` on one machine, the episode's
+    own; on a cluster, the driver's, reached through cluster/mailbox.py: workers never hold a key."""
+
     _lock = threading.Lock()
 
-    def __init__(self, model: str, episode: Episode):
-        self.ep = episode
+    def __init__(self, model: str, run_dir: Path, cache_path: Path | None = None, use_cache: bool = True):
         self.provider = make_provider(model)
         self.ref = self.provider.ref
         self.replay = self.ref.provider == "replay"
+        self.cache = None if self.replay else ResponseCache(cache_path)
+        self.use_cache, self.run_dir = use_cache, Path(run_dir)
+
+    def answer(self, req: Request, method: str) -> Answer:
+        """One call through the cache (`req.sample`: the call's key, see METHOD_KEYS)."""
+        if self.cache is not None and self.use_cache:
+            comp = self.cache.get(self.ref, req.prompt_hash, req.params, req.sample)
+            if comp is not None:
+                return Answer(comp, cached=True)
+        try:
+            comp = self.provider.complete(req)
+        except ProviderError as e:
+            return Answer(None, error=str(e))
+        if self.cache is not None:
+            self.cache.put(self.ref, req.prompt_hash, req.params, req.sample, comp)
+        if not self.replay:
+            self._log(req, method, comp)
+        return Answer(comp)
+
+    def _log(self, req: Request, method: str, comp: Completion) -> None:
+        line = {
+            "problem": req.problem,
+            "sample": req.sample,
+            "model": self.ref.label,
+            "method": method,
+            "prompt_hash": req.prompt_hash,
+            "text": comp.text,
+            "input_tokens": comp.input_tokens,
+            "output_tokens": comp.output_tokens,
+            "finish_reason": comp.finish_reason,
+        }
+        with self._lock, open(self.run_dir / RESPONSES, "a") as f:
+            f.write(json.dumps(line) + "\n")
+
+    def close(self) -> None:
+        if self.cache is not None:
+            self.cache.close()
+
+
+class ModelClient:
+    """An episode's model: every call charged to its budget and recorded in its trajectory; the calls made
+    by `service` (default: a ModelService of the episode's own)."""
+
+    def __init__(self, model: str, episode: Episode, service=None):
+        self.ep = episode
         cfg = episode.cfg
+        self.own = service is None
+        self.service = service or ModelService(model, episode.run_dir, cfg.cache_path, cfg.use_cache)
+        self.ref, self.replay = self.service.ref, self.service.replay
         self.params = {"temperature": cfg.temperature, "max_tokens": cfg.max_tokens, "top_p": None}
-        self.cache = None if self.replay else ResponseCache(cfg.cache_path)
-        self.use_cache = cfg.use_cache
 
     def ask(self, system: str, user: str, history: list | None = None) -> str:
         """One call (charged first), through the cache; the answer's text."""
@@ -44,45 +103,20 @@ class ModelClient:
         key = METHOD_KEYS.get(ep.method.split("@")[0], 9) * 10000 + ep.usage.calls
         history = list(history or [])
         prompt_hash = hashlib.sha256(json.dumps([system, history, user]).encode()).hexdigest()[:16]
-        comp: Completion | None = None
-        cached = False
-        if self.cache is not None and self.use_cache:
-            comp = self.cache.get(self.ref, prompt_hash, self.params, key)
-            cached = comp is not None
-        if comp is None:
-            req = Request(system, user, self.params, ep.problem.id, key, prompt_hash, history)
-            try:
-                comp = self.provider.complete(req)
-            except ProviderError as e:
-                ep.record(kind="model", error=str(e)[:500])
-                raise ModelError(str(e)) from e
-            if self.cache is not None:
-                self.cache.put(self.ref, prompt_hash, self.params, key, comp)
-            if not self.replay:
-                self._log(key, prompt_hash, comp)
+        req = Request(system, user, self.params, ep.problem.id, key, prompt_hash, history)
+        ans = self.service.answer(req, ep.method)
+        if ans.completion is None:
+            ep.record(kind="model", error=ans.error[:500])
+            raise ModelError(ans.error)
+        comp = ans.completion
         cost = 0.0 if self.replay else price(self.ref.model, comp.input_tokens, comp.output_tokens)
-        ep.usage.record_tokens(comp.input_tokens, comp.output_tokens, cost, cached)
-        ep.record(kind="model", tokens_in=comp.input_tokens, tokens_out=comp.output_tokens, cached=cached)
+        ep.usage.record_tokens(comp.input_tokens, comp.output_tokens, cost, ans.cached)
+        ep.record(kind="model", tokens_in=comp.input_tokens, tokens_out=comp.output_tokens, cached=ans.cached)
         return comp.text
 
-    def _log(self, key: int, prompt_hash: str, comp: Completion) -> None:
-        line = {
-            "problem": self.ep.problem.id,
-            "sample": key,
-            "model": self.ref.label,
-            "method": self.ep.method,
-            "prompt_hash": prompt_hash,
-            "text": comp.text,
-            "input_tokens": comp.input_tokens,
-            "output_tokens": comp.output_tokens,
-            "finish_reason": comp.finish_reason,
-        }
-        with self._lock, open(Path(self.ep.run_dir) / RESPONSES, "a") as f:
-            f.write(json.dumps(line) + "\n")
-
     def close(self) -> None:
-        if self.cache is not None:
-            self.cache.close()
+        if self.own:
+            self.service.close()
 
 
 def schedule_code(text: str) -> str:
@@ -90,4 +124,4 @@ def schedule_code(text: str) -> str:
     return extract_code(text, "schedule")
 
 
-__all__ = ["ModelClient", "ModelError", "ParseError", "schedule_code"]
+__all__ = ["Answer", "ModelClient", "ModelError", "ModelService", "ParseError", "schedule_code"]

@@ -10,12 +10,14 @@ from __future__ import annotations
 import copy
 import logging
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .. import metrics
-from ..harness.api import warm_judge
+from ..harness.api import node_here, warm_judge
+from ..ir.spec import KernelSpec
 from ..problems import get_problem
+from ..records import Result
 from ..rundir import write_candidate
 from ..store import RunStore
 from .budget import BudgetExhausted
@@ -66,22 +68,81 @@ def _proposer(method: str, cfg: AgentConfig) -> str:
     return "tvm-metaschedule" if method in NO_MODEL else cfg.model or "builtin"
 
 
-def _store_final(store, run_dir: Path, label: str, spec, res, cfg: AgentConfig, ep: Episode) -> None:
-    k = METHOD_SAMPLES[label]
-    spec = copy.deepcopy(spec)
-    spec.method = f"agent:{label}"
+@dataclass
+class Final:
+    """A method's final candidate and its fresh judgment."""
+
+    label: str  # the method's name for it ("direct", "direct@B", "leka", ...): its sample (METHOD_SAMPLES)
+    spec: KernelSpec
+    result: Result
+
+
+@dataclass
+class EpisodeOutcome:
+    """What one (problem, method) episode produced, before anything of it is stored: its run record, its
+    final candidates, and the peaks its judgments used (for the roofline)."""
+
+    problem: str
+    method: str
+    record: dict  # agent_runs' record
+    finals: list[Final] = field(default_factory=list)
+    peak: dict | None = None
+
+
+def _store_final(store, run_dir: Path, outcome: EpisodeOutcome, final: Final, cfg: AgentConfig) -> None:
+    k = METHOD_SAMPLES[final.label]
+    spec = copy.deepcopy(final.spec)
+    spec.method = f"agent:{final.label}"
     spec.metadata = {
         **(spec.metadata or {}),
-        "agent": label,
-        "proposer": _proposer(ep.method, cfg),
+        "agent": final.label,
+        "proposer": _proposer(outcome.method, cfg),
         "budget": asdict(cfg.budget),
     }
-    path = write_candidate(run_dir, ep.problem.id, k, ".json", spec.to_json() + "\n")
-    res = copy.deepcopy(res)
+    path = write_candidate(run_dir, outcome.problem, k, ".json", spec.to_json() + "\n")
+    res = copy.deepcopy(final.result)
     res.sample, res.method, res.candidate, res.spec_hash = k, spec.method, str(path), spec.hash()
+    if res.node is None and getattr(cfg.backend, "run", "local") == "local":  # judged on this machine
+        res.node = node_here()
     problem = get_problem(res.problem)
-    res.roofline = metrics.result_roofline(res, cfg.peak, problem.cost.bytes_written, problem.integer)
+    res.roofline = metrics.result_roofline(res, outcome.peak, problem.cost.bytes_written, problem.integer)
     store.put(res)
+
+
+def record_outcome(store, run_dir: Path, outcome: EpisodeOutcome, cfg: AgentConfig) -> dict:
+    """Stores an episode's outcome: its final candidates (files in the run directory, results in the store)
+    and its run record (agent_runs), last: a (problem, method) counts as done once that is written."""
+    for final in outcome.finals:
+        _store_final(store, Path(run_dir), outcome, final, cfg)
+    store.put_agent_run(outcome.problem, outcome.method, outcome.record)
+    return outcome.record
+
+
+def start_run(store, methods: list[str], cfg: AgentConfig) -> dict:
+    """What every `ekb agent` records first (its configuration, the machine); returns the (problem,
+    method) records already in the store."""
+    store.set_meta(
+        "agent_config",
+        {
+            "methods": list(methods),
+            "model": cfg.model or "builtin",
+            "budget": asdict(cfg.budget),
+            "backend": getattr(cfg.backend, "name", str(cfg.backend)),
+            "threads": cfg.threads,
+            "trials": cfg.trials,
+            "tune_trials": cfg.tune_trials,
+            "timing": asdict(cfg.timing),
+            "agent_cmd": cfg.agent_cmd,
+            "reuse": cfg.reuse,
+            "patience": cfg.patience,
+        },
+    )
+    store.record_environment()  # the machine and software versions, for the report
+    return store.agent_runs()
+
+
+def finished(done: dict, problem: str, method: str) -> bool:
+    return done.get((problem, method), {}).get("status") in ("done", "skipped")
 
 
 def run_agents(
@@ -91,50 +152,40 @@ def run_agents(
     cfg: AgentConfig,
     on_done: Callable[[str, str, dict], None] | None = None,
 ) -> dict[str, int]:
-    """Runs the methods on the problems; returns counts (done, skipped)."""
+    """Runs the methods on the problems, one episode after the other; returns counts (done, skipped)."""
     run_dir = Path(run_dir)
     counts = {"done": 0, "skipped": 0}
     with RunStore(run_dir) as store:
-        store.set_meta(
-            "agent_config",
-            {
-                "methods": list(methods),
-                "model": cfg.model or "builtin",
-                "budget": asdict(cfg.budget),
-                "backend": getattr(cfg.backend, "name", str(cfg.backend)),
-                "threads": cfg.threads,
-                "trials": cfg.trials,
-                "tune_trials": cfg.tune_trials,
-                "timing": asdict(cfg.timing),
-                "agent_cmd": cfg.agent_cmd,
-                "reuse": cfg.reuse,
-                "patience": cfg.patience,
-            },
-        )
-        store.record_environment()  # the machine and software versions, for the report
-        done = store.agent_runs()
+        done = start_run(store, methods, cfg)
         for problem in problems:
             for method in methods:
-                if done.get((problem.id, method), {}).get("status") in ("done", "skipped"):
+                if finished(done, problem.id, method):
                     counts["skipped"] += 1
                     continue
-                record = _run_one(store, run_dir, problem, method, cfg)
+                if method == "cli" and not cfg.agent_cmd:
+                    record = skip_cli(store, problem.id)
+                else:
+                    outcome = run_episode(problem, method, cfg, store, run_dir)
+                    record = record_outcome(store, run_dir, outcome, cfg)
                 counts["done"] += 1
                 if on_done:
                     on_done(problem.id, method, record)
     return counts
 
 
-def _run_one(store, run_dir: Path, problem, method: str, cfg: AgentConfig) -> dict:
-    if method == "cli" and not cfg.agent_cmd:
-        record = {
-            "status": "skipped",
-            "why": "no --agent-cmd: the external agent's command line is not given",
-        }
-        store.put_agent_run(problem.id, method, record)
-        return record
+def skip_cli(store, problem: str) -> dict:
+    record = {"status": "skipped", "why": "no --agent-cmd: the external agent's command line is not given"}
+    store.put_agent_run(problem, "cli", record)
+    return record
+
+
+def run_episode(problem, method: str, cfg: AgentConfig, store, run_dir: Path, service=None) -> EpisodeOutcome:
+    """One (problem, method) episode: the method's loop, then a fresh judgment of each final candidate.
+    Its trajectory goes to `store` step by step (the RunStore, or a StepLog on a cluster's worker); nothing
+    else is stored here (record_outcome). `service`: who makes its model calls (agents.model.ModelService;
+    None: its own)."""
     ep = Episode(problem, method, cfg, store, run_dir)
-    model = ModelClient(cfg.model, ep) if cfg.model and method not in NO_MODEL else None
+    model = ModelClient(cfg.model, ep, service) if cfg.model and method not in NO_MODEL else None
     with warm_judge():  # the episode's judges are forked from one process (harness/zygote.py)
         try:
             finals = _finals(ep, method, model)
@@ -145,7 +196,7 @@ def _run_one(store, run_dir: Path, problem, method: str, cfg: AgentConfig) -> di
             if model is not None:
                 model.close()
         usage = ep.usage.to_dict()  # what the method spent; the final judgments below are not charged
-        samples, judged = {}, {}
+        samples, judged, out = {}, {}, []
         for label, spec, searched in finals:
             # a fresh judgment of each final candidate: the best of several noisy measurements is biased
             # upwards (the winner's curse), so the stored result is not the one the method selected on
@@ -153,7 +204,7 @@ def _run_one(store, run_dir: Path, problem, method: str, cfg: AgentConfig) -> di
             if key not in judged:
                 judged[key] = ep.final_judgment(spec, label)
             res = judged[key]
-            _store_final(store, run_dir, label, spec, res, cfg, ep)
+            out.append(Final(label, spec, res))
             samples[label] = {
                 "sample": METHOD_SAMPLES[label],
                 "correct": res.correct,
@@ -172,5 +223,4 @@ def _run_one(store, run_dir: Path, problem, method: str, cfg: AgentConfig) -> di
     }
     if method == "cli":
         record["usage"]["calls"] = None  # made inside the external agent: not counted here
-    store.put_agent_run(problem.id, method, record)
-    return record
+    return EpisodeOutcome(problem.id, method, record, out, cfg.peak)

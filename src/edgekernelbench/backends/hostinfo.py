@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 
 from ..errors import EKBError
 from ..machine import SYSFS_CPU, cpu_model, sysfs_caches
+from ..records import Node
 from .base import BackendProfile
 
 # the ISA extensions a profile's vector width and an int8 kernel's instructions depend on, in the order
@@ -163,3 +164,20 @@ def require_isa(profile: BackendProfile) -> None:
             "use host-cpu (this CPU as detected)"
             + (" or host-avx2" if "avx2" in facts.isa and profile.name != "host-avx2" else "")
         )
+
+
+def node_here(ray_node: str = "", cpus=(), timing_core: bool = False) -> Node:
+    """This machine as a result records where it was judged (records.Node): its host name, CPU (the OS's
+    and LLVM's names), ISA; `ray_node`, `cpus`, `timing_core`: as a cluster's worker claimed them."""
+    import platform
+
+    facts = host_facts()
+    return Node(
+        host=platform.node(),
+        ray_node=ray_node,
+        cpu_model=facts.model,
+        llvm_cpu=facts.cpu,
+        isa=tuple(facts.isa),
+        cpus=tuple(sorted(cpus)),
+        timing_core=timing_core,
+    )

@@ -9,7 +9,7 @@ import sys
 import click
 
 from ..errors import EKBError
-from . import agent, backends, deploy, evaluate, farm, generate, problems, report
+from . import agent, backends, cluster, deploy, evaluate, farm, generate, problems, report
 from .evaluate import demo
 
 
@@ -43,6 +43,7 @@ for _command in (
     backends.peak,
     evaluate.demo,
     farm.farm,
+    cluster.cluster,
     agent.agent_cmd,
     agent.db,
     deploy.deploy_cmd,

@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..errors import EKBError
-from .common import _profiles, console
+from .common import _cluster, _profiles, _progress, _ray_option, console
 
 
 @click.command("agent")
@@ -79,6 +79,15 @@ from .common import _profiles, console
 )
 @click.option("--temperature", type=float, default=0.2, show_default=True)
 @click.option("--no-cache", is_flag=True, help="Call the model again even for cached answers.")
+@click.option(
+    "--jobs",
+    type=click.IntRange(1),
+    default=1,
+    show_default=True,
+    help="N > 1: the episodes on a local Ray instance of N workers, one (problem, method) per worker, each "
+    "on a physical core of its own (pip install 'edgekernelbench[cluster]'; docs/cluster.md).",
+)
+@_ray_option
 def agent_cmd(
     run_dir,
     suite,
@@ -100,11 +109,14 @@ def agent_cmd(
     patience,
     temperature,
     no_cache,
+    jobs=1,
+    ray=None,
 ):
     """Optimize problems with agents under one budget: direct (one-shot, and best of B), flat (one
     conversation with the judge's feedback), cli (an external coding agent), leka (layer by layer),
     metaschedule (TVM's auto-tuner, --trials measured trials per problem, then judged once).
-    Without --model the offline (builtin) proposer is used: no key, no network. Resumable."""
+    Without --model the offline (builtin) proposer is used: no key, no network. Resumable. On Ray (--ray,
+    --jobs N > 1) the model calls are made here, with this process's keys: the workers hold none."""
     from ..agents.budget import Budget
     from ..agents.episode import AgentConfig
     from ..agents.run import METHODS, run_agents
@@ -120,15 +132,24 @@ def agent_cmd(
     (profile,) = _profiles(backend, threads)
     from ..backends.hostinfo import require_isa
 
-    require_isa(profile)  # candidates for an ISA this CPU lacks would only die of SIGILL
+    cluster = _cluster(ray, jobs)
+    if not (cluster and cluster.address):  # a cluster's nodes check their own CPU (cluster/tasks)
+        require_isa(profile)  # candidates for an ISA this CPU lacks would only die of SIGILL
     if not profile.can_time:
         raise EKBError(f"{backend} cannot time anything here: agents need a backend that can (e.g. host-cpu)")
     probs = select(level=level, subset=subset, ids=list(problems) or None, suite=suite)
     if not probs:
         raise EKBError("no problems selected")
+    if cluster is not None and agent_cmd and "cli" in wanted:
+        raise EKBError(
+            "--methods cli with --agent-cmd runs an external agent that needs API keys where it runs: "
+            "not on Ray (run it without --ray and --jobs)"
+        )
     run_dir.mkdir(parents=True, exist_ok=True)
-    with RunStore(run_dir) as store:
-        peak = backend_peak(store, profile, threads)
+    peak = None  # on Ray, each node's own (cluster/tasks.node_peak)
+    if cluster is None:
+        with RunStore(run_dir) as store:
+            peak = backend_peak(store, profile, threads)
     cfg = AgentConfig(
         backend=profile,
         threads=threads,
@@ -160,7 +181,19 @@ def agent_cmd(
             + (f", {u.get('evals')} evaluations, {u.get('wall_s', 0):.0f} s" if u else "")
         )
 
-    counts = run_agents(run_dir, probs, wanted, cfg, on_done=done)
+    if cluster is None:
+        counts = run_agents(run_dir, probs, wanted, cfg, on_done=done)
+    else:
+        from ..cluster.agents import run_agents_on_cluster
+
+        console.print(f"on {cluster.describe()}")
+        with _progress() as prog:
+            bar = prog.add_task("episodes", total=None, status="")
+
+            def progress(p):
+                prog.update(bar, total=p.total, completed=p.done, status=p.line())
+
+            counts = run_agents_on_cluster(run_dir, probs, wanted, cfg, cluster, done, progress)
     console.print(f"done {counts['done']}, already done {counts['skipped']}")
     from .report import _print_report
 

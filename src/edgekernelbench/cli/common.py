@@ -106,9 +106,10 @@ def _eval_options(f):
     f = click.option(
         "--jobs",
         type=int,
-        help="Candidates judged at once where nothing is timed here (emulated or compile-only backends, "
-        "--no-measure); default: as many as the cores allow at --threads each (at most 4). Timed local "
-        "runs judge one at a time; remote ones one per device.",
+        help="N > 1: judge on a local Ray instance of N workers (pip install 'edgekernelbench[cluster]'; "
+        "a timed judgment holds a physical core of its own: docs/cluster.md); 1: one at a time, no Ray. "
+        "Default: one at a time where this machine times, else as many as the cores allow at --threads "
+        "each (at most 4); remote devices: one per device.",
     )(f)
     f = click.option(
         "--baselines",
@@ -124,6 +125,29 @@ def _eval_options(f):
     )(f)
     f = _tracker_option(f)
     return f
+
+
+def _ray_option(f):
+    return click.option(
+        "--ray",
+        "ray",
+        metavar="ADDRESS",
+        help="Judge on the Ray cluster at ADDRESS (its head's HOST:PORT, or auto; docs/cluster.md): one "
+        "judgment per task, timed ones on cores reserved for timing; the run store stays here.",
+    )(f)
+
+
+def _cluster(address: str | None, jobs: int | None):
+    """The ClusterConfig of --ray / --jobs (None: no Ray); Ray missing is one clear error, before anything
+    runs."""
+    if not address and not (jobs and jobs > 1):
+        return None
+    from ..cluster.session import ClusterConfig, check_address, require_ray
+
+    require_ray()
+    if address:
+        check_address(address)  # nobody there: one line now, not after the run has started
+    return ClusterConfig(address=address or None, jobs=jobs or 1)
 
 
 def _run_dir_profiles_option(f):

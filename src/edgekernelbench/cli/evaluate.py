@@ -13,10 +13,12 @@ from rich.text import Text
 from ..errors import EKBError
 from ..rundir import candidates_dir
 from .common import (
+    _cluster,
     _eval_options,
     _llm_options,
     _profiles,
     _progress,
+    _ray_option,
     _run_dir_profiles_option,
     _timing,
     _tracker_option,
@@ -67,10 +69,12 @@ def _eval_config(
     baselines=None,
     run_dir=None,
     run_dir_override=False,
+    ray=None,
 ):
     """The command's EvalConfig. `run_dir`: its profiles.toml's profiles are resolved too, here, once
     (they reach the workers inside their Jobs), and may replace an existing one only with
-    `run_dir_override` (--run-dir-profiles-override)."""
+    `run_dir_override` (--run-dir-profiles-override). `ray` (--ray ADDRESS) or `jobs` > 1: the judgments
+    run on Ray (an existing cluster, or a local instance of `jobs` workers)."""
     from ..harness.api import JudgeConfig, Limits
     from ..runs import EvalConfig, preflight
 
@@ -92,7 +96,13 @@ def _eval_config(
         limits=Limits(timeout_s=timeout, memory_mb=memory_mb),
         tracker=tracker,
     )
-    cfg = EvalConfig(backends=backends, judge=judge, profiles={p.name: p for p in profiles}, jobs=jobs)
+    cfg = EvalConfig(
+        backends=backends,
+        judge=judge,
+        profiles={p.name: p for p in profiles},
+        jobs=jobs,
+        cluster=_cluster(ray, jobs),
+    )
     preflight(backends, cfg)  # e.g. a local GPU that is not there: one line before anything runs
     return cfg
 
@@ -105,12 +115,18 @@ def _run_eval(run_dir: Path, cfg, problems=None) -> dict:
 
         def on_start(backend, n):
             state["task"] = prog.add_task(f"eval {backend}", total=n, status="")
+            state["cluster"] = False
 
         def on_result(res):
             mark = "correct" if res.correct else (res.reason or "incorrect")
-            prog.update(state["task"], advance=1, status=f"{res.problem}#{res.sample}: {mark}")
+            status = None if state["cluster"] else f"{res.problem}#{res.sample}: {mark}"
+            prog.update(state["task"], advance=1, **({"status": status} if status else {}))
 
-        counts = eval_run(run_dir, cfg, problems, on_start, on_result)
+        def on_progress(progress):  # on Ray: done / running / failed, per node
+            state["cluster"] = True
+            prog.update(state["task"], status=progress.line())
+
+        counts = eval_run(run_dir, cfg, problems, on_start, on_result, on_progress)
     console.print(
         f"evaluated {counts['evaluated']} ({counts['correct']} correct), "
         f"skipped {counts['skipped']} already in {run_dir / 'results.db'}"
@@ -122,6 +138,7 @@ def _run_eval(run_dir: Path, cfg, problems=None) -> dict:
 @click.argument("run_dir", type=click.Path(path_type=Path))
 @click.option("--problem", "problems", multiple=True, help="Only these problems (repeatable).")
 @_eval_options
+@_ray_option
 @_run_dir_profiles_option
 def eval_cmd(run_dir, problems, **opts):
     """Evaluate a directory of candidates (RUN_DIR/candidates/<problem>/sample<k>.py|.json).
@@ -147,6 +164,7 @@ def eval_cmd(run_dir, problems, **opts):
 @click.option("--problem", "problems", multiple=True, help="Only these problems (repeatable).")
 @_llm_options
 @_eval_options
+@_ray_option
 @_run_dir_profiles_option
 def run_cmd(
     method,
@@ -200,7 +218,7 @@ def check(problem, candidate, **opts):
     p = get_problem(problem)
     if not candidate.exists():
         raise EKBError(f"{candidate}: no such file")
-    cfg = _eval_config(**opts)
+    cfg = _eval_config(**{**opts, "jobs": None})  # one candidate: no Ray
     with console.status(f"evaluating {candidate} on {cfg.backends[0]}"):
         res = evaluate(
             p,

@@ -40,8 +40,8 @@ def _print_report(run_dir: Path, p: float = 1.0, per_problem: bool = False, trus
     """Prints the report of one run: its metrics over the results whose run-store row authenticates (all
     with `trust`: --trust-unauthenticated), the line that counts the rows that failed authentication,
     and with `per_problem` every sample, those marked."""
-    from ..report.render import render_backend_matrix, render_problem_table, render_tables
-    from ..report.summary import above_roof_lines, summarize, unauthenticated_results
+    from ..report.render import render_backend_matrix, render_node_table, render_problem_table, render_tables
+    from ..report.summary import above_roof_lines, node_lines, node_rows, summarize, unauthenticated_results
 
     results, every, unauthenticated = _read_results(run_dir, trust, shown=per_problem)
     marked = unauthenticated_results(unauthenticated)
@@ -59,6 +59,11 @@ def _print_report(run_dir: Path, p: float = 1.0, per_problem: bool = False, trus
     for line in timing_lines(results, p):
         console.print(Text(line, style="yellow"), soft_wrap=True)
     for line in above_roof_lines(results):  # counted in the roofline column, left out of its mean
+        console.print(Text(line, style="yellow"), soft_wrap=True)
+    nodes = node_rows(results)
+    if len(nodes) > 1 or any(r.node is not None and r.node.ray_node for r in results):  # judged on Ray
+        console.print(render_node_table(nodes))
+    for line in node_lines(results):
         console.print(Text(line, style="yellow"), soft_wrap=True)
     by_method = summaries_by_method(results, marked)
     if len(by_method) > 1:  # several models / methods in one run: the metrics of each
@@ -169,6 +174,10 @@ def report(run_dirs, p, per_problem, json_path, csv_path, anytime_path, html_pat
         rows = _agent_rows(run_dir, p, results, trust)
         if rows:
             data["agents"] = [r.to_dict() for r in rows]
+        from ..report.summary import node_lines, node_rows
+
+        data["nodes"] = [r.to_dict() for r in node_rows(results)]  # which node judged what
+        data["node_notes"] = node_lines(results)
         json_path.write_text(json.dumps(data, indent=1))
     if csv_path:
         csv_path.write_text(to_csv(summary))

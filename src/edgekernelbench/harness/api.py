@@ -11,6 +11,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from ..backends.base import BackendProfile
+from ..backends.hostinfo import node_here
 from ..files import sha256_hex
 from ..ir.spec import KernelSpec, read_candidate
 from ..records import Plausibility, Result
@@ -18,6 +19,7 @@ from .config import JudgeConfig
 from .confine import confine_command
 from .isolation import Limits, run_in_worker, warm_judge
 from .job import DEFAULT_BASELINES, Job, judge_version
+from .peak import datasheet_peak, measure_peak_isolated
 from .timing import TimingConfig
 
 __all__ = [
@@ -27,7 +29,10 @@ __all__ = [
     "TimingConfig",
     "check_plausible",
     "confine_command",
+    "datasheet_peak",
     "evaluate",
+    "measure_peak_isolated",
+    "node_here",
     "time_floors",
     "warm_judge",
 ]

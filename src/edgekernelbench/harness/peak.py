@@ -46,3 +46,16 @@ def measure_peak_isolated(backend: str | BackendProfile, threads: int, mib: int 
     except (subprocess.SubprocessError, json.JSONDecodeError, IndexError) as e:
         log.warning("peak measurement failed on %s: %s", profile.name, e)
         return None
+
+
+def datasheet_peak(profile: BackendProfile, threads: int) -> dict | None:
+    """The peaks a profile's datasheet gives (peak_flops, peak_bandwidth), for a backend that cannot be
+    measured here; None without them."""
+    if not (profile.peak_flops and profile.peak_bandwidth):
+        return None
+    return {
+        "flops": float(profile.peak_flops),
+        "bandwidth": float(profile.peak_bandwidth),
+        "threads": threads,
+        "source": profile.peak_source,
+    }

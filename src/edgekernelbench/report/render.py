@@ -276,6 +276,7 @@ def render_problem_table(
     authentication)."""
     rows = per_problem_rows(results, baselines, unauthenticated)
     bls = list(baselines) if baselines is not None else sorted({b for r in rows for b in r["speedups"]})
+    nodes = len({r["node"] for r in rows}) > 1  # judged on several nodes: which judged what
     table = Table(title=title)
     for name, justify in (
         ("problem", "left"),
@@ -287,6 +288,8 @@ def render_problem_table(
         table.add_column(name, justify=justify)
     for b in bls:
         table.add_column(f"vs {b}", justify="right")
+    if nodes:
+        table.add_column("node")
     table.add_column("detail", overflow="fold")
     for r in rows:
         # Text, not markup: problem ids and compiler messages may contain "[...]"
@@ -297,8 +300,19 @@ def render_problem_table(
             _status_cell(r),
             _NONE if r["runtime_us"] is None else f"{r['runtime_us']:.1f}",
             *[_speedup_cell(r, b) for b in bls],
+            *([Text(r["node"] or "-")] if nodes else []),
             Text(_detail_cell(r)),
         )
+    return table
+
+
+def render_node_table(rows: Sequence) -> Table:
+    """Which node judged what (report.summary.node_rows)."""
+    table = Table(title="judged by node")
+    for name in ("node", "CPU", "ISA", "samples", "correct", "timed"):
+        table.add_column(name, justify="right" if name in ("samples", "correct", "timed") else "left")
+    for r in rows:
+        table.add_row(Text(r.node), Text(r.cpu), r.isa, str(r.judged), str(r.correct), str(r.timed))
     return table
 
 

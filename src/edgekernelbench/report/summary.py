@@ -26,6 +26,8 @@ __all__ = [
     "baseline_output_inexact",
     "inexact_baseline_lines",
     "level_label",
+    "node_lines",
+    "node_rows",
     "per_problem_rows",
     "sample_status",
     "summaries_by_method",
@@ -285,9 +287,58 @@ def per_problem_rows(
                 "oracle": r.oracle,
                 "inexact_baselines": [b for b in baselines if baseline_output_inexact(r, b)],
                 "authenticated": _key(r) not in unauthenticated,
+                "node": r.node.label if r.node else "",
             }
         )
     return rows
+
+
+@dataclass(frozen=True)
+class NodeRow:
+    """What one node judged in a run (Result.node): how many samples, correct, timed."""
+
+    node: str  # Node.label
+    cpu: str  # its CPU as the OS and LLVM name it
+    isa: str
+    judged: int
+    correct: int
+    timed: int
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def node_rows(results: Iterable[Result]) -> list[NodeRow]:
+    """One row per node that judged some of `results` ("unknown": results from before nodes were recorded),
+    by label."""
+    groups: dict[str, list[Result]] = {}
+    for r in results:
+        groups.setdefault(r.node.label if r.node else "unknown", []).append(r)
+    rows = []
+    for label, rs in sorted(groups.items()):
+        n = rs[0].node
+        cpu = f"{n.cpu_model} ({n.llvm_cpu})" if n else "-"
+        isa = ",".join(n.isa) if n else "-"
+        timed = sum(1 for r in rs if r.correct and r.runtime is not None)
+        rows.append(NodeRow(label, cpu, isa, len(rs), sum(r.correct for r in rs), timed))
+    return rows
+
+
+def node_lines(results: Iterable[Result]) -> list[str]:
+    """The line that says a run's timings come from more than one CPU model (speedups are paired per
+    judgment, so they stay comparable; absolute times are not); none when they come from one."""
+    models: dict[str, int] = {}
+    for r in results:
+        if r.correct and r.runtime is not None and r.node is not None:
+            key = f"{r.node.cpu_model} ({r.node.llvm_cpu}; {','.join(r.node.isa) or 'no vector ISA'})"
+            models[key] = models.get(key, 0) + 1
+    if len(models) < 2:
+        return []
+    each = "; ".join(f"{n} on {m}" for m, n in sorted(models.items()))
+    return [
+        f"note: this run's timings come from {len(models)} CPU models ({each}): each speedup is paired "
+        "within its judgment, so speedups compare; absolute times (median us) do not"
+    ]
 
 
 def unauthenticated_results(unauthenticated: dict[str, list[tuple]]) -> set[tuple[str, int, str]]:

@@ -7,6 +7,7 @@ The run directory's layout is rundir.py's.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Callable
@@ -16,11 +17,12 @@ from pathlib import Path
 from .. import metrics
 from ..backends.base import BackendProfile
 from ..backends.peak import profile_peak
+from ..cluster.session import ClusterConfig
 from ..errors import MalformedCandidate, RunDirError
 from ..files import UntrustedFileError, read_regular, sha256_hex
 from ..harness.api import JudgeConfig, evaluate, profile_digest
 from ..harness.job import judge_version
-from ..harness.peak import measure_peak_isolated
+from ..harness.peak import datasheet_peak, measure_peak_isolated
 from ..ir.spec import MAX_CANDIDATE_BYTES, read_candidate
 from ..problems import get_problem
 from ..records import Result
@@ -73,6 +75,9 @@ class EvalConfig:
     judge: JudgeConfig = field(default_factory=JudgeConfig)
     retry_infra: bool = True  # re-run records whose failure was the harness's, not the candidate's
     jobs: int | None = None  # candidates judged at once where nothing is timed here (None: local_jobs)
+    # where the judgments run: a Ray cluster or a local Ray instance (--ray, --jobs N > 1;
+    # runs/distributed.py); None: on this machine, by this process's workers
+    cluster: ClusterConfig | None = None
     # name -> BackendProfile as its file defines it: each backend's profile, resolved once for the command
     # (the CLI fills it; `profile` resolves a missing one once) and passed down to evaluate() and its workers
     profiles: dict[str, BackendProfile] = field(default_factory=dict)
@@ -130,19 +135,36 @@ def pending(store: RunStore, refs: list[CandidateRef], backend: str, retry_infra
     return out
 
 
-def evaluate_ref(
-    ref: CandidateRef, backend: str, cfg: EvalConfig, tracker: str | None = None, peak: dict | None = None
-) -> Result:
+def read_ref(ref: CandidateRef, backend: str, cfg: EvalConfig):
+    """(KernelSpec, SHA-256 of its bytes) of a candidate file, read as untrusted; or, when it does not parse,
+    its recorded failure (a Result: parse_error, whatever the file holds being the candidate's fault)."""
     try:
-        spec, digest = read_candidate(ref.path, ref.problem)
+        return read_candidate(ref.path, ref.problem)
     except Exception as e:  # noqa: BLE001 -- whatever the file holds is the candidate's fault: recorded
         why = str(e) if isinstance(e, MalformedCandidate) else f"{ref.path}: {type(e).__name__}: {e}"
         res = Result(ref.problem, ref.sample, backend, candidate=str(ref.path)).failure("parse_error", why)
         # the bytes that failed to parse: a resumed run skips them until they change
-        res.candidate_sha256 = candidate_digest(ref.path) or ""
-        res.judge_version = judge_version()
-        res.profile_sha256 = profile_digest(cfg.profile(backend))
-        return res
+        return stamp(res, candidate_digest(ref.path) or "", cfg.profile(backend))
+
+
+def stamp(res: Result, digest: str, profile: BackendProfile) -> Result:
+    """A result the driver made itself (a candidate that does not parse, a judgment the cluster lost): the
+    candidate's bytes, this judge and the profile, as evaluate() records them."""
+    res.candidate_sha256, res.judge_version, res.profile_sha256 = (
+        digest,
+        judge_version(),
+        profile_digest(profile),
+    )
+    return res
+
+
+def evaluate_ref(
+    ref: CandidateRef, backend: str, cfg: EvalConfig, tracker: str | None = None, peak: dict | None = None
+) -> Result:
+    read = read_ref(ref, backend, cfg)
+    if isinstance(read, Result):
+        return read
+    spec, digest = read
     return evaluate(
         ref.problem,
         spec,
@@ -163,7 +185,8 @@ def preflight(backends: list[str], cfg: EvalConfig) -> None:
 
     for backend in backends:
         require_device(cfg.profile(backend), cfg.judge.tracker)
-        require_isa(cfg.profile(backend))
+        if not (cfg.cluster and cfg.cluster.address):  # a cluster's nodes check their own CPU (cluster/tasks)
+            require_isa(cfg.profile(backend))
 
 
 def device_plan(backend: str, cfg: EvalConfig) -> tuple[str | None, int]:
@@ -207,17 +230,25 @@ def eval_run(
     problems: list[str] | None = None,
     on_start: Callable[[str, int], None] | None = None,
     on_result: Callable[[Result], None] | None = None,
+    on_progress: Callable | None = None,
 ) -> dict[str, int]:
-    """Evaluates every pending (problem, sample, backend); returns counts of what was done."""
+    """Evaluates every pending (problem, sample, backend); returns counts of what was done. With
+    cfg.cluster, the judgments of locally judged backends run on Ray (runs/distributed.py; `on_progress` gets
+    its cluster.pool.Progress); the run store is written here, by this process only, one result per
+    judgment (JudgmentKey: an answer that comes twice is recorded once)."""
+    from ..backends.hostinfo import node_here
+    from ..cluster.tasks import JudgmentKey
+
     refs = discover(run_dir)
     if problems:
         wanted = {get_problem(p).id for p in problems}
         refs = [r for r in refs if r.problem in wanted]
     counts = {"evaluated": 0, "skipped": 0, "correct": 0}
     preflight(cfg.backends, cfg)
-    with RunStore(run_dir) as store:
+    with RunStore(run_dir) as store, contextlib.ExitStack() as stack:
         store.set_meta("eval_config", {"backends": cfg.backends, **cfg.judge.record()})
         store.record_environment()  # the machine and software versions, for the report
+        here, on_ray = None, None
         for backend in cfg.backends:
             todo = pending(store, refs, backend, cfg.retry_infra)
             counts["skipped"] += len(refs) - len(todo)
@@ -226,9 +257,28 @@ def eval_run(
                 workers = local_jobs(backend, cfg)
             if on_start:
                 on_start(backend, len(todo))
-            measured = cfg.judge.measure and todo
-            peak = backend_peak(store, cfg.profile(backend), cfg.judge.threads) if measured else None
-            for _ref, res in _evaluate_all(todo, backend, cfg, tracker, workers, peak):
+            if todo and tracker is None and cfg.cluster is not None:
+                if on_ray is None:
+                    from .distributed import RayJudging
+
+                    on_ray = stack.enter_context(RayJudging(cfg.cluster, cfg.judge.threads))
+                judged = on_ray.judge(store, todo, backend, cfg, on_progress)
+            else:
+                measured = cfg.judge.measure and todo
+                peak = backend_peak(store, cfg.profile(backend), cfg.judge.threads) if measured else None
+                judged = (
+                    (res, peak) for _ref, res in _evaluate_all(todo, backend, cfg, tracker, workers, peak)
+                )
+            recorded: set[JudgmentKey] = set()
+            for res, peak in judged:
+                key = JudgmentKey.of(res)
+                if key in recorded:
+                    log.warning("%s: judged twice; the second result is dropped", key)
+                    continue
+                recorded.add(key)
+                if res.node is None and tracker is None:  # judged here, by this process's workers
+                    here = here or node_here()
+                    res.node = here
                 problem = get_problem(res.problem)
                 res.roofline = metrics.result_roofline(res, peak, problem.cost.bytes_written, problem.integer)
                 store.put(res)
@@ -259,11 +309,4 @@ def backend_peak(store: RunStore, backend: str | BackendProfile, threads: int) -
     peak = measure_peak_isolated(profile, threads)
     if peak:
         store.set_meta(key, peak)
-    elif profile.peak_flops and profile.peak_bandwidth:
-        peak = {
-            "flops": float(profile.peak_flops),
-            "bandwidth": float(profile.peak_bandwidth),
-            "threads": threads,
-            "source": profile.peak_source,
-        }
-    return peak
+    return peak or datasheet_peak(profile, threads)
