@@ -56,11 +56,12 @@ def cluster(tmp_path_factory):
     }
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
-    c = Cluster(
-        initialize_head=True,
-        head_node_args={"num_cpus": 0, "include_dashboard": False, "_system_config": HEALTH},
-    )
+    c = None
     try:
+        c = Cluster(
+            initialize_head=True,
+            head_node_args={"num_cpus": 0, "include_dashboard": False, "_system_config": HEALTH},
+        )
         for _ in range(2):
             c.add_node(num_cpus=1, resources={"ekb_timing_slot": 1})
         c.wait_for_nodes()
@@ -69,7 +70,8 @@ def cluster(tmp_path_factory):
     finally:
         if ray.is_initialized():
             ray.shutdown()
-        c.shutdown()
+        if c is not None:
+            c.shutdown()  # its own processes only (never `ray stop`: it stops every Ray of the machine)
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
@@ -120,6 +122,8 @@ def test_verdicts_on_two_nodes_equal_a_serial_runs(cluster, tmp_path):
     assert {n.ray_node for n in nodes.values()} == worker_ids(cluster)  # both nodes judged, nothing else
     assert all(not n.timing_core and n.cpus and n.cpu_model for n in nodes.values())
     assert seen and seen[-1].startswith("done 3 · running 0 · failed 0")
+    again = eval_run(spread, correctness_only(cluster.address))  # resumed: nothing left to judge
+    assert (again["evaluated"], again["skipped"]) == (0, 3)
     # the report says which node judged what
     p = subprocess.run(
         [sys.executable, "-m", "edgekernelbench.cli", "report", str(spread), "--per-problem"],

@@ -10,11 +10,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import secrets
 import shutil
 import socket
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ..errors import EKBError
@@ -78,6 +80,26 @@ def check_address(address: str) -> None:
         raise ClusterError(f"--ray {address}: no Ray cluster answers there ({e})") from None
 
 
+AUTH_ENV = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
+_TOKEN = secrets.token_hex(32)  # this process's local instances' Ray token: never written to disk
+
+
+def _local_auth() -> Callable[[], None]:
+    """Token authentication for a local instance, with a token of this process's given in the environment,
+    unless the user set up Ray's authentication (its variables, or ~/.ray/auth_token): ray.init would
+    otherwise write ~/.ray/auth_token, after which `ray start --head` on this machine asks for a token that
+    `ray start --address` does not send. Returns what puts the environment back."""
+    if any(k in os.environ for k in AUTH_ENV) or (Path.home() / ".ray" / "auth_token").exists():
+        return lambda: None
+    os.environ["RAY_AUTH_TOKEN"] = _TOKEN
+
+    def restore() -> None:
+        for k in AUTH_ENV:
+            os.environ.pop(k, None)  # Ray sets RAY_AUTH_MODE=token itself
+
+    return restore
+
+
 SOCKET_ROOM = 30  # Ray's socket paths (AF_UNIX: at most 107 bytes) take ~75 bytes below its directory
 
 
@@ -127,16 +149,25 @@ def session(cfg: ClusterConfig, threads: int = 1) -> Iterator[Session]:
 
         cpus = max(1, cfg.jobs) * max(1, threads)
         logs = tempfile.mkdtemp(prefix="ekb-ray-", dir=_short_tmp())  # its logs and sockets: removed with it
-        with without_secrets():  # the instance's processes (its workers) start without them
-            ray.init(
-                num_cpus=cpus, resources={TIMING: min(cpus, timing_slots())}, _temp_dir=logs, **_init_kwargs()
-            )
+        restore = _local_auth()
+        try:
+            with without_secrets():  # the instance's processes (its workers) start without them
+                slots = min(cpus, timing_slots())
+                ray.init(num_cpus=cpus, resources={TIMING: slots}, _temp_dir=logs, **_init_kwargs())
+        except Exception as e:  # noqa: BLE001 -- Ray's own errors: one line
+            restore()
+            raise ClusterError(
+                f"a local Ray instance did not start ({type(e).__name__}: {str(e).splitlines()[0][:300]}); "
+                f"its logs are in {logs}"
+            ) from None
     ok = False
     try:
         yield Session(ray, not cfg.address, ray.get_runtime_context().get_node_id())
         ok = True
     finally:
         ray.shutdown()
+        if not cfg.address:
+            restore()
         if not cfg.address:
             if ok:
                 shutil.rmtree(logs, ignore_errors=True)
