@@ -133,7 +133,8 @@ def _ray_option(f):
         "ray",
         metavar="ADDRESS",
         help="Judge on the Ray cluster at ADDRESS (its head's HOST:PORT, or auto; docs/cluster.md): one "
-        "judgment per task (ekb agent: one problem and method's episode per task), timed ones on cores reserved for timing; the run store stays here.",
+        "judgment per task (ekb agent: one problem and method's episode per task), timed ones on cores "
+        "reserved for timing; the run store stays here.",
     )(f)
 
 
