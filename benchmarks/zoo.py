@@ -6,7 +6,10 @@ Runs `ekb agent --methods leka --budget N --quick --no-reuse --suite zoo` (host 
 resumable: a finished run is only read again), then reads its store (benchmarks/leka_alone.py): per model,
 correct, LEKA's time and ONNX Runtime's with the paired 95% interval, the speedups, the judgments used.
 Then the bars the zoo is held to: Correct@1 100%, faster than ONNX Runtime (whole interval above 1) on at least
-60% of the zoo, geomean at least 1.0. Writes results/zoo.json (benchmarks/results_io.py).
+60% of the zoo, geomean at least 1.0. Per model also where LEKA's judgments went (per kept improvement, on
+failed candidates, on points wider than the machine's vectors: report/agents.search_rows), and for each model
+it is not faster than ONNX Runtime on, the kernels of its final candidate that take the most time, with their
+GFLOP/s against the peak. Writes results/zoo.json (benchmarks/results_io.py).
 """
 
 from __future__ import annotations
@@ -22,6 +25,53 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from leka_alone import geomean, rows  # noqa: E402
 from results_io import machine, write  # noqa: E402
+
+from edgekernelbench.agents.run import METHOD_SAMPLES  # noqa: E402
+from edgekernelbench.problems import get_problem  # noqa: E402
+from edgekernelbench.report.agents import search_rows  # noqa: E402
+from edgekernelbench.store import RunStore  # noqa: E402
+
+
+def searches(run_dir: Path, backend: str) -> dict[str, dict]:
+    """Per model, where LEKA's judgments went (report/agents.search_rows), with this machine's float32
+    lanes for a run that did not record them."""
+    from edgekernelbench.backends.registry import get_profile
+
+    with RunStore(run_dir) as store:
+        runs, steps = store.agent_runs(), store.agent_steps()
+    lanes = getattr(get_profile(backend), "vector_lanes", None)
+    return {r.problem: {**r.__dict__, "per_kept": r.per_kept} for r in search_rows(runs, steps, lanes=lanes)}
+
+
+def behind(run_dir: Path, rs: list[dict], top: int = 3) -> dict[str, str]:
+    """For each model LEKA is not faster than ONNX Runtime on, its final candidate's kernels that take the
+    most time (the judge's per-kernel profile), each with its share, time per call, GFLOP/s and fraction of
+    the backend's peak (the int8 peak for an integer model where the peak record has one)."""
+    with RunStore(run_dir) as store:
+        results = {(r.problem, r.sample): r for r in store.results()}
+        peaks = [store.get_meta(k) for k in store.meta_keys("peak:")]
+    peak = next((p for p in peaks if isinstance(p, dict) and p.get("flops")), None)
+    out = {}
+    for row in rs:
+        if row["verdict"] == "fast":
+            continue
+        r = results.get((row["problem"], METHOD_SAMPLES["leka"]))
+        if r is None or not r.kernels:
+            out[row["problem"]] = "no per-kernel profile in its final judgment"
+            continue
+        roof = peak and ((peak.get("int8_ops") if get_problem(r.problem).integer else None) or peak["flops"])
+        total = sum(k.per_run for k in r.kernels) or 1.0
+        parts = []
+        for k in sorted(r.kernels, key=lambda k: -k.per_run)[:top]:
+            gflops = k.flops / k.median / 1e9 if k.flops and k.median else None
+            rate = f", {gflops:.1f} GFLOP/s" if gflops else ""
+            frac = f" ({100 * gflops * 1e9 / roof:.0f}% of the peak)" if gflops and roof else ""
+            parts.append(
+                f"{k.kernel}: {100 * k.per_run / total:.0f}% of the time, {k.median * 1e6:.1f} us x {k.calls}"
+                f"{rate}{frac}"
+            )
+        out[row["problem"]] = "; ".join(parts)
+    return out
 
 
 def bars(rs: list[dict]) -> dict:
@@ -45,6 +95,14 @@ def bars(rs: list[dict]) -> dict:
     }
 
 
+def _per_kept(s: dict | None) -> str:
+    return f"{s['per_kept']:.1f}" if s and s.get("per_kept") else "-"
+
+
+def _too_wide(s: dict | None) -> str:
+    return "-" if not s or s.get("too_wide") is None else str(s["too_wide"])
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
@@ -63,6 +121,8 @@ def main(argv=None) -> int:
     subprocess.run(cmd, check=True)
     rs = rows(args.out, "leka")
     b = bars(rs)
+    spent = searches(args.out, args.backend)
+    kernels_behind = behind(args.out, rs)
     path = write(
         "zoo",
         {
@@ -88,6 +148,8 @@ def main(argv=None) -> int:
                     "vs ONNX Runtime [95%]",
                     "vs tvm-default",
                     "judgments",
+                    "per kept",
+                    "too wide",
                 ],
                 "rows": [
                     [
@@ -100,11 +162,17 @@ def main(argv=None) -> int:
                         else "-",
                         f"{r['vs_tvm_default']:.2f}x" if r["vs_tvm_default"] else "-",
                         r["trials"],
+                        _per_kept(spent.get(r["problem"])),
+                        _too_wide(spent.get(r["problem"])),
                     ]
                     for r in rs
                 ],
             },
             "rows": rs,
+            "search": spent,
+            "notes": [
+                f"{pid} (not faster than ONNX Runtime): {text}" for pid, text in kernels_behind.items()
+            ],
         },
         args.results,
     )

@@ -588,6 +588,28 @@ def test_the_builtin_proposers_first_point_is_the_models_cheapest_and_counts_as_
     assert nxt is not None and nxt.layers["loop"] != first["loop"]
 
 
+@pytest.mark.parametrize("bits", [256, 512])
+def test_the_builtin_proposers_points_fit_the_machines_vectors(bits):
+    """The first point and every loop-layer point the builtin proposer offers for a kernel use at most the
+    machine's float32 lanes (an AVX2 machine: 8), and the widest point it offers uses all of them."""
+    import dataclasses
+    import re
+
+    from edgekernelbench.agents.proposers import BuiltinProposer
+    from edgekernelbench.search.kernels import kernels
+
+    ep = type("Ep", (), {"problem": get_problem(MATMUL)})()
+    profile = dataclasses.replace(get_profile("host-avx2", 1), vector_bits=bits)
+    ep.cfg = type("Cfg", (), {"backend": profile, "threads": 1})()
+    prop = BuiltinProposer(ep)
+    (k,) = [k for k in kernels(MATMUL) if k.op_class != "injective"]
+    labels = [cfg.label for _cost, cfg in prop.space(k.name)._rank()]  # every point, ranked; none built
+    lanes = [int(m.group(1)) for lb in labels if (m := re.search(r"/(\d+) lanes", lb))]
+    assert lanes and max(lanes) == bits // 32
+    first = prop.first_point(k.name)
+    assert first and {"loop", "target"} <= set(first)
+
+
 def test_the_builtin_proposers_start_counts_as_tried():
     """BuiltinProposer.start: the rules' schedule, judged with the start, counts as tried, so the loop layer's
     proposals never offer it again (before, once another loop layer was kept, the start's came back at its
@@ -1026,6 +1048,10 @@ def test_offline_agents_through_the_cli_and_eval_reproduces_them(tmp_path):
     methods = {row["method"]: row for row in json.loads(summary.read_text())["agents"]}
     assert set(methods) == {"direct", "direct@B", "flat", "leka"}
     assert all(row["evals"] <= 2 and row["calls"] == 0 for row in methods.values())
+    # where LEKA's judgments went, with the machine's lanes recorded by the search
+    (search,) = json.loads(summary.read_text())["search"]
+    assert search["problem"] == TINY and 1 <= search["judgments"] <= 2 and search["too_wide"] == 0
+    assert search["machine_lanes"] >= 4 and "the search's judgments" in p.stdout
     rows = list(csv.DictReader(curve.open()))
     assert {r["method"] for r in rows} == {"direct", "flat", "leka"}
     assert {r["problem"] for r in rows} == {"all", TINY} and max(int(r["evals"]) for r in rows) <= 2

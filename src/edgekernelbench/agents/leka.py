@@ -107,6 +107,9 @@ def with_code_trace(layers: dict, layer: str, trace: list) -> dict:
 def run_leka(ep: Episode, proposer) -> None:
     problem = ep.problem
     ep.usage.patience = ep.cfg.patience  # a run of non-improving judgments ends the search
+    machine = getattr(proposer, "machine", None)  # the builtin proposer's: the vectors its points are for
+    if machine is not None:
+        ep.run_info["machine_lanes"] = machine.lanes  # the report counts points wider than these
     ks = {k.name: k for k in kernels(problem.id)}
     workloads = {k.name: k.workload for k in ks.values()}
     target = backend_target_key(ep.cfg.backend)

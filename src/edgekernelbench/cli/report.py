@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 import click
@@ -73,24 +74,29 @@ def _print_report(run_dir: Path, p: float = 1.0, per_problem: bool = False, trus
                 console.print(table)
     for line in _generation_lines(run_dir, trust):
         console.print(Text(line), soft_wrap=True)
-    rows = _agent_rows(run_dir, p, results, trust)
+    rows, searches = _agent_rows(run_dir, p, results, trust)
     if rows:
-        from ..report.agents import render_methods
+        from ..report.agents import render_methods, render_search
 
         console.print(render_methods(rows, p))
+        if searches:
+            console.print(render_search(searches))
     return summary
 
 
-def _agent_rows(run_dir: Path, p: float, results: list, trust: bool = False) -> list:
-    """The method comparison of a run made by `ekb agent` (empty for other runs); `results`: the run's
-    counted results; the agents' records as authenticated (all with `trust`)."""
-    from ..report.agents import method_rows
+def _agent_rows(run_dir: Path, p: float, results: list, trust: bool = False) -> tuple[list, list]:
+    """The method comparison of a run made by `ekb agent` and where LEKA's judgments went (both empty for
+    other runs); `results`: the run's counted results; the agents' records as authenticated (all with
+    `trust`)."""
+    from ..report.agents import method_rows, search_rows
     from ..store import RunStore
 
     with RunStore(run_dir) as store:
         runs = store.agent_runs(trust_unauthenticated=trust)
         steps = store.agent_steps(trust_unauthenticated=trust) if runs else []
-    return method_rows(results, runs, steps, p) if runs else []
+    if not runs:
+        return [], []
+    return method_rows(results, runs, steps, p), search_rows(runs, steps)
 
 
 def _generation_lines(run_dir: Path, trust: bool = False) -> list[str]:
@@ -171,9 +177,11 @@ def report(run_dirs, p, per_problem, json_path, csv_path, anytime_path, html_pat
         by_method = summaries_by_method(results, unauthenticated_results(unauthenticated))
         if len(by_method) > 1:
             data["by_method"] = {m: json.loads(to_json(sub)) for m, sub in by_method.items()}
-        rows = _agent_rows(run_dir, p, results, trust)
+        rows, searches = _agent_rows(run_dir, p, results, trust)
         if rows:
             data["agents"] = [r.to_dict() for r in rows]
+        if searches:
+            data["search"] = [{**asdict(r), "per_kept": r.per_kept} for r in searches]
         from ..report.summary import node_lines, node_rows
 
         data["nodes"] = [r.to_dict() for r in node_rows(results)]  # which node judged what

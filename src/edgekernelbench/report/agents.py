@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 
@@ -23,7 +24,16 @@ from ..records import Result
 from .render import fmt_pct, fmt_speedup
 from .summary import DEFAULT_BASELINES
 
-__all__ = ["MethodRow", "anytime_curves", "anytime_csv", "method_rows", "render_methods"]
+__all__ = [
+    "MethodRow",
+    "SearchRow",
+    "anytime_curves",
+    "anytime_csv",
+    "method_rows",
+    "render_methods",
+    "render_search",
+    "search_rows",
+]
 
 AGENT_PREFIX = "agent:"
 # a method's label ("direct@B") -> the method whose episode spent the budget ("direct")
@@ -97,6 +107,84 @@ def method_rows(
             )
         )
     return rows
+
+
+_LANES = re.compile(r"/(\d+) lanes\b")  # a schedule point's label (search.variants.Config.label)
+
+
+@dataclass(frozen=True)
+class SearchRow:
+    """Where one search episode's judgments went: how many it spent per improvement it kept, how many on
+    candidates that failed, how many on points wider than the machine's vectors."""
+
+    problem: str
+    method: str
+    judgments: int  # judgments charged to the budget (the final judgment is not one)
+    kept: int  # of them, improvements the search kept
+    failed: int  # of them, candidates that did not pass (not compiled, forbidden, wrong)
+    too_wide: int | None  # of them, points with more float32 lanes than the machine's vectors (None: unknown)
+    machine_lanes: int | None  # the float32 lanes of the vectors the search was given (the profile's)
+
+    @property
+    def per_kept(self) -> float | None:
+        return self.judgments / self.kept if self.kept else None
+
+
+def search_rows(
+    runs: dict[tuple[str, str], dict], steps: Sequence[dict], method: str = "leka", lanes: int | None = None
+) -> list[SearchRow]:
+    """One row per episode of `method` in the run (agent_runs and agent_steps as the run store gives them).
+    `lanes`: the machine's float32 lanes for an episode whose record does not say (a run from before it
+    was recorded, read on the machine it ran on)."""
+    default = lanes
+    by_episode: dict[tuple[str, str], list[dict]] = {}
+    for s in steps:
+        if s.get("method") == method and s.get("kind") == "judge":
+            by_episode.setdefault((s["problem"], s["method"]), []).append(s)
+    rows = []
+    for (problem, m), rec in sorted(runs.items()):
+        if m != method:
+            continue
+        judged = by_episode.get((problem, m), [])
+        lanes = rec.get("machine_lanes", default)
+        lanes = lanes if isinstance(lanes, int) and lanes > 0 else None
+        wide = None
+        if lanes is not None:
+            wide = sum(
+                1
+                for s in judged
+                if (hit := _LANES.search(str(s.get("proposal") or ""))) and int(hit.group(1)) > lanes
+            )
+        rows.append(
+            SearchRow(
+                problem=problem,
+                method=m,
+                judgments=len(judged),
+                kept=sum(1 for s in judged if s.get("improved")),
+                failed=sum(1 for s in judged if not (s.get("verdict") or {}).get("correct")),
+                too_wide=wide,
+                machine_lanes=lanes,
+            )
+        )
+    return rows
+
+
+def render_search(rows: Sequence[SearchRow]) -> Table:
+    """Where each search's judgments went (search_rows)."""
+    table = Table(title="the search's judgments: per kept improvement, failed, wider than the machine's")
+    for col in ("problem", "method", "judgments", "kept", "per kept", "failed", "too wide"):
+        table.add_column(col, justify="left" if col in ("problem", "method") else "right")
+    for r in rows:
+        table.add_row(
+            r.problem,
+            r.method,
+            str(r.judgments),
+            str(r.kept),
+            "-" if r.per_kept is None else f"{r.per_kept:.1f}",
+            str(r.failed),
+            "-" if r.too_wide is None else f"{r.too_wide} (> {r.machine_lanes} lanes)",
+        )
+    return table
 
 
 def _method_order(label: str):
