@@ -135,6 +135,21 @@ def test_an_exported_model_goes_through_add_model_eval_agent_and_deploy(tmp_path
     assert ekb(suite, "generate", "--out", run, "--problem", "L3/exported", "--level", "3").returncode == 0
     ev = ekb(suite, "eval", run, "--no-measure", "--trials", "2")
     assert ev.returncode == 0 and "evaluated 2 (2 correct)" in ev.stdout, ev.stdout + ev.stderr
+    if (
+        make is exporter_names_model
+    ):  # the search on names as exporters write them (opset 9's are identifiers)
+        _search(suite, tmp_path)
+    out = tmp_path / "artifact"
+    dep = ekb(suite, "deploy", "L3/exported", "--out", out, "--no-db", "--no-measure")
+    assert dep.returncode == 0 and "verified: 3/3" in dep.stdout, dep.stdout + dep.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    original = onnx.load(str(src)).graph
+    assert [i.get("onnx_name", i["name"]) for i in manifest["inputs"]] == [original.input[0].name]
+    assert [o.get("onnx_name", o["name"]) for o in manifest["outputs"]] == [original.output[0].name]
+
+
+def _search(suite, tmp_path):
+    """LEKA on the added model, briefly: it runs to the end."""
     agent = ekb(
         suite,
         "agent",
@@ -154,10 +169,3 @@ def test_an_exported_model_goes_through_add_model_eval_agent_and_deploy(tmp_path
         tmp_path / "db.sqlite",
     )
     assert agent.returncode == 0 and "Traceback" not in agent.stderr, agent.stdout + agent.stderr
-    out = tmp_path / "artifact"
-    dep = ekb(suite, "deploy", "L3/exported", "--out", out, "--no-db", "--no-measure")
-    assert dep.returncode == 0 and "verified: 3/3" in dep.stdout, dep.stdout + dep.stderr
-    manifest = json.loads((out / "manifest.json").read_text())
-    original = onnx.load(str(src)).graph
-    assert [i.get("onnx_name", i["name"]) for i in manifest["inputs"]] == [original.input[0].name]
-    assert [o.get("onnx_name", o["name"]) for o in manifest["outputs"]] == [original.output[0].name]

@@ -59,9 +59,9 @@ def test_the_zoo_keeps_its_exporters_habits():
     assert {"Resize", "Concat"} <= ops
 
 
-@pytest.mark.parametrize(
-    "pid", ["L3/zoo_tcresnet8_kws", "L3/zoo_mlp_autoencoder_bn", "L3/zoo_mcunet_vww_int8"]
-)
+# the int8 model's oracle (onnx.reference, exact) takes minutes per judgment: its build, IR and oracle are
+# checked above, and the suite's int8 models are judged through the same QDQ path (test_suite_l3)
+@pytest.mark.parametrize("pid", ["L3/zoo_tcresnet8_kws", "L3/zoo_mlp_autoencoder_bn"])
 def test_a_zoo_models_reference_is_judged_correct(pid):
     from edgekernelbench.generators.reference_candidates import reference_spec
     from edgekernelbench.harness.api import evaluate
