@@ -1,4 +1,4 @@
-"""Judging on Ray (issue 51): throughput at 1 and N workers, and whether timing on N workers at once stays
+"""Judging on Ray: throughput at 1 and N workers, and whether timing on N workers at once stays
 honest.
 
     .venv/bin/python benchmarks/cluster_throughput.py [--level 1] [--problem ID ...] [--workers 2]

@@ -12,7 +12,9 @@ against ONNX Runtime by run.py and by the static C program, both timed (200 sing
 kernels profiled with their roofline, and the artifact timed against tvm-default and ONNX Runtime with the
 judge's protocol (25 interleaved rounds of >= 10 ms; --quick: 3). "reproduced": the paired 95% interval of
 the artifact's speedup over tvm-default overlaps the judged one. Then the same deploy with --max-memory one
-byte below its plan, which must fail before writing anything, with one line naming the planned figure.
+byte below its plan, which must fail before writing anything, with one line naming the planned figure. And
+the model deployed from the rule-based schedules alone (`--rules --no-db`, no run), timed the same way: the
+rules-only figures beside the search's.
 
 Writes results/deploy.json (benchmarks/results_io.py).
 """
@@ -110,6 +112,22 @@ def row(pid: str, d, budget_line: str, leka_s: float | None) -> dict:
     }
 
 
+def rules_only(pid: str, out: Path, quick: bool) -> dict:
+    """The same model deployed from the rule-based schedules alone (`--rules --no-db`, no run), verified and
+    timed the same way: what the search adds. Its speedups ({"speedup", "ci"}) over both baselines."""
+    d = edgekernelbench.deploy(pid, "host-cpu", out, use_db=False, rules=True, quick=quick, runs=20)
+    speedups = ((d.verification or {}).get("timing") or {}).get("speedups") or {}
+    return {
+        "verified": bool((d.verification or {}).get("verified")),
+        "vs_tvm_default": speedups.get("tvm-default"),
+        "vs_onnxruntime": speedups.get("onnxruntime"),
+    }
+
+
+def _speedup(x: dict | None) -> str:
+    return f"{x['speedup']:.2f}x [{x['ci'][0]:.2f}, {x['ci'][1]:.2f}]" if x else "-"
+
+
 def table_row(r: dict) -> list:
     c, py = r["latency"].get("c/model", {}), r["latency"].get("run.py", {})
 
@@ -126,6 +144,8 @@ def table_row(r: dict) -> list:
         f"{r['deployed']:.2f}x [{dci[0]:.2f}, {dci[1]:.2f}]" if r["deployed"] else "-",
         "yes" if r["reproduced"] else "no",
         f"{ort['speedup']:.2f}x [{ort['ci'][0]:.2f}, {ort['ci'][1]:.2f}]" if ort else "-",
+        _speedup((r.get("rules_only") or {}).get("vs_tvm_default")),
+        _speedup((r.get("rules_only") or {}).get("vs_onnxruntime")),
         f"{us(c, 'p50_s')} / {us(c, 'p90_s')} / {us(c, 'p99_s')}",
         f"{us(py, 'p50_s')} / {us(py, 'p99_s')}",
         human(r["memory"]["planned_bytes"]) + f" + weights {human(r['memory']['weights_bytes'])}",
@@ -168,6 +188,8 @@ def main(argv: list[str]) -> int:
         )
         line = budget_check(pid, run, a.work, d.manifest["memory"]["planned_bytes"])
         rows.append(row(pid, d, line, leka_s))
+        print(f"deploying {pid} with the rules only (no run, no database) ...", file=sys.stderr, flush=True)
+        rows[-1]["rules_only"] = rules_only(pid, a.work / "rules" / name, a.quick)
         print(json.dumps({k: rows[-1][k] for k in ("problem", "verdict", "max_memory_check")}), flush=True)
     reproduced = sum(bool(r["reproduced"]) for r in rows)
     protocol = "3 rounds (--quick)" if a.quick else "25 rounds"
@@ -205,6 +227,8 @@ def main(argv: list[str]) -> int:
                     "deployed vs tvm-default",
                     "reproduced",
                     "deployed vs ONNX Runtime",
+                    "rules only vs tvm-default",
+                    "rules only vs ONNX Runtime",
                     "C program p50 / p90 / p99 us",
                     "run.py p50 / p99 us",
                     "planned memory",
