@@ -15,7 +15,7 @@ import pytest
 from llm_fake_server import FakeLLM
 
 from edgekernelbench.agents.budget import Budget, BudgetExhausted, Usage
-from edgekernelbench.agents.episode import AgentConfig
+from edgekernelbench.agents.episode import AgentConfig, ProfileRow
 from edgekernelbench.agents.run import run_agents
 from edgekernelbench.backends.registry import get_profile
 from edgekernelbench.harness.api import TimingConfig
@@ -342,7 +342,7 @@ def test_a_graph_is_also_kept_by_its_kernels_total_time():
         r.kernels = kernel_times([{"kernel": "a", "median": u * 1e-6, "share": 0.5} for u in us])
         return r
 
-    best_rows = [{"kernel": "a", "us": 10.0, "share": 0.5}, {"kernel": "b", "us": 10.0, "share": 0.5}]
+    best_rows = [ProfileRow(kernel="a", us=10.0, share=0.5), ProfileRow(kernel="b", us=10.0, share=0.5)]
     assert leka.improves_whole(res(55.7, [8.0, 8.0]), 55.0, best_rows)  # 20% less kernel time
     assert not leka.improves_whole(res(45.0, [8.0, 8.0]), 55.0, best_rows)  # the model 18% slower
     assert not leka.improves_whole(res(55.7, [9.9, 9.9]), 55.0, best_rows)  # kernels 1% faster only
@@ -358,7 +358,7 @@ def test_a_graph_is_also_kept_by_its_kernels_total_time():
             {"kernel": "b", "median": 93e-6, "share": 0.9},  # the same code, measured 3% slower this time
         ]
     )
-    rows_ab = [{"kernel": "a", "us": 10.0, "share": 0.1}, {"kernel": "b", "us": 90.0, "share": 0.9}]
+    rows_ab = [ProfileRow(kernel="a", us=10.0, share=0.1), ProfileRow(kernel="b", us=90.0, share=0.9)]
     assert not leka.improves_whole(two, 55.0, rows_ab)  # all kernels: 101 us against 100
     assert leka.improves_whole(two, 55.0, rows_ab, same=frozenset({"b"}))  # the changed one: 8 against 10
     assert not leka.improves_whole(two, 55.0, rows_ab, same=frozenset({"a", "b"}))  # nothing changed
@@ -422,7 +422,7 @@ def test_a_dropped_graph_change_is_judged_again_on_the_tuned_kernels(monkeypatch
             return {"loop": [["start", name]]}
 
     ep, rejected = Ep([(False, 0.0, {}), (True, 10.0, {"conv": 5.0, "quantize_rint": 5.0})]), []
-    rows = [{"kernel": "conv", "us": 5.0, "share": 0.5}, {"kernel": "quantize", "us": 5.0, "share": 0.5}]
+    rows = [ProfileRow(kernel="conv", us=5.0, share=0.5), ProfileRow(kernel="quantize", us=5.0, share=0.5)]
     assert (
         leka._graph_layer(
             ep, None, Graphs(), "t", 10.0, rows, {"conv": "w_conv", "quantize": "w_q"}, rejected
@@ -538,7 +538,7 @@ def test_a_dropped_graph_change_that_calls_other_kernels_is_judged_at_their_firs
     tuned = {"conv": {"loop": [["tile", "conv"]]}, "relu": {"loop": [["vectorize", "relu"]]}}
     ks = {k.name: k for k in graphs[""]}
     workloads = {k.name: k.workload for k in graphs[""]}
-    rows = [{"kernel": "conv", "us": 9.0, "share": 0.9}, {"kernel": "relu", "us": 1.0, "share": 0.1}]
+    rows = [ProfileRow(kernel="conv", us=9.0, share=0.9), ProfileRow(kernel="relu", us=1.0, share=0.1)]
     for s in (20.0, 9.0):  # the best so far: 10x over tvm-default
         prop, whole, ep = Proposer(), leka.Whole(), Ep(s)
         out = leka._graph_retry(
@@ -776,7 +776,7 @@ def test_the_target_layer_keeps_fast_math_only_when_correct_and_faster():
             self.steps.append(kw)
 
     trace = [[["GetSBlock", [], [], []]], []]
-    best_rows = [{"kernel": "k", "us": 10.0, "share": 1.0}]
+    best_rows = [ProfileRow(kernel="k", us=10.0, share=1.0)]
     cases = (
         ((False, 0.0, 5.0), None),  # wrong
         ((True, 1.01, 10.0), None),  # within noise, kernels no faster
@@ -793,7 +793,7 @@ def test_the_target_layer_keeps_fast_math_only_when_correct_and_faster():
         assert spec.decisions.target_attrs == FAST_MATH_FLAGS and spec.decisions.graph["passes"] == NHWC
         assert spec.decisions.loop == {"k": trace}
         assert whole.target_attrs == (FAST_MATH_FLAGS if kept else {}) and best == (kept or 1.0)
-        assert rows[0]["us"] == (verdict[2] if kept else 10.0)
+        assert rows[0].us == (verdict[2] if kept else 10.0)
         assert [s["kind"] for s in ep.steps] == (["accept"] if kept else [])
         later = leka.build_spec(ep.problem, {"k": {"loop": trace}}, "leka", whole=whole)
         assert later.decisions.target_attrs == whole.target_attrs
@@ -865,8 +865,8 @@ def test_a_kernel_decision_is_kept_by_that_kernels_own_time(monkeypatch):
 
     trace = [[["GetSBlock", [], [], []]], []]
     rows = [
-        {"kernel": "k", "share": 0.5, "us": 4.0, "gflops": None},
-        {"kernel": "j", "share": 0.5, "us": 4.0},
+        ProfileRow(kernel="k", share=0.5, us=4.0, gflops=None),
+        ProfileRow(kernel="j", share=0.5, us=4.0),
     ]
 
     class Proposer:
@@ -912,14 +912,14 @@ def test_a_kernel_decision_is_kept_by_that_kernels_own_time(monkeypatch):
         assert len(ep.profiled) == (1 if kept else leka.ATTEMPTS)
         if kept:  # the whole model's reference stays the best's 10.0 (a keep never lowers it)
             assert best == 10.0 and ep.steps[-1]["kind"] == "accept" and ep.progress == [True]
-            assert {r["kernel"]: r["us"] for r in out} == {"k": 3.0, "j": 4.0}
-            assert out[0]["kernel"] == "j" and abs(out[0]["share"] - 4 / 7) < 1e-9
+            assert {r.kernel: r.us for r in out} == {"k": 3.0, "j": 4.0}
+            assert out[0].kernel == "j" and abs(out[0].share - 4 / 7) < 1e-9
         else:
             assert (best, out) == (10.0, rows) and not ep.steps
         if verdict[1] == 20.0:  # the feedback names the kernel's times
             assert "k took 3.95 us per run against 4.00 us in the best so far" in Proposer.feedback[-1]
     # kept, but not progress for the patience: 10% off a kernel that takes 1 of 21 us moves the model 0.5%
-    small = [{"kernel": "j", "share": 20 / 21, "us": 20.0}, {"kernel": "k", "share": 1 / 21, "us": 1.0}]
+    small = [ProfileRow(kernel="j", share=20 / 21, us=20.0), ProfileRow(kernel="k", share=1 / 21, us=1.0)]
     ep = Ep((True, 10.0, 0.9))
     assert leka._layer(ep, Proposer(), kernel, "loop", {}, 10.0, small, {}, leka.Whole(), {})[0] == 10.0
     assert ep.accepted == [True] and ep.progress == [False]
@@ -1188,14 +1188,14 @@ def test_kernels_near_the_compute_roof_are_tuned_last():
     from edgekernelbench.agents.leka import _kernels_that_matter
 
     rows = [
-        {"kernel": "conv_at_peak", "share": 0.30, "us": 30.0, "gflops": 118.0},
-        {"kernel": "conv_at_40", "share": 0.17, "us": 17.0, "gflops": 47.0},
-        {"kernel": "dot", "share": 0.08, "us": 8.0, "gflops": None},
-        {"kernel": "pool", "share": 0.05, "us": 5.0, "gflops": 2.0},
-        {"kernel": "pool", "share": 0.05, "us": 5.0, "gflops": 2.0},
-        {"kernel": "tiny", "share": 0.01, "us": 1.0, "gflops": 1.0},
+        ProfileRow(kernel="conv_at_peak", share=0.30, us=30.0, gflops=118.0),
+        ProfileRow(kernel="conv_at_40", share=0.17, us=17.0, gflops=47.0),
+        ProfileRow(kernel="dot", share=0.08, us=8.0, gflops=None),
+        ProfileRow(kernel="pool", share=0.05, us=5.0, gflops=2.0),
+        ProfileRow(kernel="pool", share=0.05, us=5.0, gflops=2.0),
+        ProfileRow(kernel="tiny", share=0.01, us=1.0, gflops=1.0),
     ]
-    ks = {r["kernel"]: None for r in rows}
+    ks = {r.kernel: None for r in rows}
     order = _kernels_that_matter(rows, ks, {"flops": 118e9})
     assert order == ["conv_at_40", "pool", "dot", "conv_at_peak"]  # 10.2, 9.8, 8 and 0 us above the roof
     assert _kernels_that_matter(rows, ks, None) == ["conv_at_peak", "conv_at_40", "pool", "dot"]

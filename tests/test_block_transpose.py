@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from edgekernelbench.agents.episode import ProfileRow
 from edgekernelbench.ir.block_transpose import BLOCK, block_transpose_func, tile_width, transpose_view
 from edgekernelbench.search.graph import BLOCK_TRANSPOSE, NHWC, graph_alternatives, graph_key, graph_reference
 
@@ -106,8 +107,8 @@ def test_a_graph_change_that_adds_kernel_calls_must_be_faster_as_a_whole():
         return r
 
     best_rows = [
-        {"kernel": "a", "us": 10.0, "share": 0.5, "calls": 1},
-        {"kernel": "b", "us": 10.0, "calls": 1},
+        ProfileRow(kernel="a", us=10.0, share=0.5, calls=1),
+        ProfileRow(kernel="b", us=10.0, share=0.5, calls=1),
     ]
     assert leka.improves_whole(res(55.7, [8.0, 8.0]), 55.0, best_rows)  # two calls, 20% less kernel time
     assert not leka.improves_whole(res(55.7, [5.0, 5.0, 5.0]), 55.0, best_rows)  # three calls

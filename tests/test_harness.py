@@ -334,7 +334,7 @@ def test_a_profile_of_named_kernels_times_only_the_candidates_calls_of_them():
     # where the judgment's time went: the judge's phases, and what the parent waited for
     assert {"module", "verify", "correctness", "timing", "profile"} <= set(one.extra["phases"])
     assert set(one.extra["parent_phases"]) == {"started", "builder", "judge_after_builder"}
-    assert row["calls"] == 2 and abs(row["us"] - 2e6 * one.kernels[0].median) < 1e-9
+    assert row.calls == 2 and abs(row.us - 2e6 * one.kernels[0].median) < 1e-9
 
 
 @pytest.mark.parametrize(

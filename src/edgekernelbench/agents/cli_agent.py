@@ -73,7 +73,7 @@ def _verdict(res) -> str:
     if not res.correct and res.detail:
         lines.append(res.detail.strip()[-1500:])
     for r in profile_rows(res):
-        lines.append(f"kernel {r['kernel']}: {100 * r['share']:.1f}% of the time, {r['us']:.2f} us")
+        lines.append(f"kernel {r.kernel}: {100 * r.share:.1f}% of the time, {r.us:.2f} us")
     return "\n".join(lines) + "\n"
 
 

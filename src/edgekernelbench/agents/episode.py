@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..harness.api import DEFAULT_BASELINES, JudgeConfig, Limits, TimingConfig, evaluate
@@ -70,17 +70,35 @@ def score(res: Result) -> float | None:
     return float(s) if s is not None else (1.0 if res.runtime is None else None)
 
 
-def profile_rows(res: Result) -> list[dict]:
-    """The candidate's kernel calls as the judge's per-kernel profile timed them, largest share first: "us"
-    the microseconds per run of main in that row's calls ("calls" of them: a profile of named kernels
-    times one call of each and counts the others, harness/runner.py), "gflops" per call."""
-    rows = []
-    for k in res.kernels:
-        per_call = k.median * 1e6
-        gflops = (k.flops / k.median / 1e9) if k.flops and k.median > 0 else None
-        row = {"kernel": k.kernel, "share": k.share, "us": per_call * k.calls}
-        rows.append({**row, "calls": k.calls, "gflops": gflops})
-    return sorted(rows, key=lambda r: -r["share"])
+@dataclass(frozen=True)
+class ProfileRow:
+    """One row of a candidate's per-kernel profile as the agents read it (profile_rows)."""
+
+    kernel: str
+    share: float  # of the time of main's kernel calls
+    us: float  # microseconds per run of main in this row's calls
+    calls: int = 1  # calls of the kernel in one run of main that this row's time covers
+    gflops: float | None = None  # per call; None without a FLOP count
+
+    def with_share(self, total_us: float) -> ProfileRow:
+        return replace(self, share=self.us / total_us)
+
+
+def profile_rows(res: Result) -> list[ProfileRow]:
+    """The candidate's kernel calls as the judge's per-kernel profile timed them, largest share first: `us`
+    the microseconds per run of main in that row's calls (`calls` of them: a profile of named kernels
+    times one call of each and counts the others, harness/runner.py), `gflops` per call."""
+    rows = [
+        ProfileRow(
+            k.kernel,
+            k.share,
+            k.median * 1e6 * k.calls,
+            k.calls,
+            (k.flops / k.median / 1e9) if k.flops and k.median > 0 else None,
+        )
+        for k in res.kernels
+    ]
+    return sorted(rows, key=lambda r: -r.share)
 
 
 def verdict_text(res: Result) -> str:

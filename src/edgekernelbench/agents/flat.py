@@ -64,7 +64,7 @@ def _hill_climb(ep: Episode) -> None:
     best = score(res) or 0.0
     rows = profile_rows(res)
     tried = {k.name: 1 for k in ks}  # next variant index per kernel
-    order = [r["kernel"] for r in rows if r["kernel"] in tried] or [k.name for k in ks]
+    order = [r.kernel for r in rows if r.kernel in tried] or [k.name for k in ks]
     while True:
         progressed = False
         for name in order:

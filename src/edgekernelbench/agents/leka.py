@@ -47,7 +47,7 @@ from ..kerneldb import Entry, KernelDB
 from ..search.graph import graph_key, same_graph
 from ..search.kernels import backend_target_key, concat_traces, kernels, tvm_version
 from .budget import BudgetExhausted
-from .episode import OBJECTIVE, Episode, profile_rows, score, verdict_text
+from .episode import OBJECTIVE, Episode, ProfileRow, profile_rows, score, verdict_text
 from .proposers import LayerRequest, Proposal
 
 log = logging.getLogger(__name__)
@@ -156,7 +156,7 @@ class _Tuning:
     reused: set
     workloads: dict
     best: float
-    rows: list
+    rows: list[ProfileRow]
 
 
 def _search(ep: Episode, proposer, t: _Tuning, whole: Whole, rejected: list) -> None:
@@ -460,7 +460,7 @@ def improves(res, best: float) -> bool:
     return ci[0] > best
 
 
-def improves_whole(res, best: float, rows: list[dict] | None, same: frozenset = frozenset()) -> bool:
+def improves_whole(res, best: float, rows: list[ProfileRow] | None, same: frozenset = frozenset()) -> bool:
     """The acceptance of a whole-model decision (a graph change): `improves`, or, with a profile of every
     kernel in both, the kernels' total time per run below the best's by MIN_GAIN and the whole model's
     speedup within WHOLE_SLACK of the best's. A graph change is judged once, and the whole model's time
@@ -476,10 +476,10 @@ def improves_whole(res, best: float, rows: list[dict] | None, same: frozenset = 
     if improves(res, best):
         return True
     s, new_rows = score(res), profile_rows(res)
-    if sum(r["calls"] for r in new_rows) > sum(r.get("calls", 1) for r in rows or []):
+    if sum(r.calls for r in new_rows) > sum(r.calls for r in rows or []):
         return False
-    changed = [r for r in new_rows if r["kernel"] not in same]
-    after, before = total_us(changed), total_us([r for r in rows or [] if r["kernel"] not in same])
+    changed = [r for r in new_rows if r.kernel not in same]
+    after, before = total_us(changed), total_us([r for r in rows or [] if r.kernel not in same])
     return s is not None and after > 0 and before > 0 and after * MIN_GAIN < before and s * WHOLE_SLACK > best
 
 
@@ -490,16 +490,16 @@ def guard_timing(cfg: TimingConfig) -> TimingConfig:
     return replace(cfg, max_rounds=0)
 
 
-def kernel_us(rows: list[dict], kernel: str) -> float | None:
+def kernel_us(rows: list[ProfileRow], kernel: str) -> float | None:
     """Microseconds per run of main spent in `kernel` (its calls summed) in profile rows; None when the
     profile did not time it."""
-    us = [r["us"] for r in rows if r["kernel"] == kernel]
+    us = [r.us for r in rows if r.kernel == kernel]
     return sum(us) if us else None
 
 
-def total_us(rows: list[dict]) -> float:
+def total_us(rows: list[ProfileRow]) -> float:
     """Microseconds per run of main in all the kernels of profile rows."""
-    return sum(r["us"] for r in rows)
+    return sum(r.us for r in rows)
 
 
 def improves_kernel(res, best: float, before: float | None, kernel: str) -> bool:
@@ -517,7 +517,7 @@ def improves_kernel(res, best: float, before: float | None, kernel: str) -> bool
     return s is not None and after * KERNEL_GAIN < before and s * WHOLE_SLACK > best
 
 
-def model_gain(rows: list[dict], res, kernel: str, before: float | None) -> float | None:
+def model_gain(rows: list[ProfileRow], res, kernel: str, before: float | None) -> float | None:
     """The whole model's speedup that `kernel`'s new time in `res` gives, estimated from the profile: the
     kernels' total time in the best (`rows`) over that total with `kernel` at its new time; None without
     both times (the decision was then kept by the whole-model rule, which is progress)."""
@@ -548,15 +548,15 @@ class Progress:
         return False
 
 
-def with_kernel_times(rows: list[dict], res, kernel: str) -> list[dict]:
+def with_kernel_times(rows: list[ProfileRow], res, kernel: str) -> list[ProfileRow]:
     """The profile rows after `res` was kept: its own when it profiled every kernel, else `rows` with
     `kernel`'s calls as `res` timed them (the shares recomputed)."""
     new = profile_rows(res)
-    if not new or {r["kernel"] for r in new} != {kernel}:
+    if not new or {r.kernel for r in new} != {kernel}:
         return new or rows
-    out = [r for r in rows if r["kernel"] != kernel] + new
-    total = sum(r["us"] for r in out) or 1.0
-    return sorted(({**r, "share": r["us"] / total} for r in out), key=lambda r: -r["share"])
+    out = [r for r in rows if r.kernel != kernel] + new
+    total = total_us(out) or 1.0
+    return sorted((r.with_share(total) for r in out), key=lambda r: -r.share)
 
 
 SLOWER_BY = 1.1  # a starting point is dropped when its profile is this much slower than tvm-default's
@@ -610,7 +610,7 @@ def _starting_points(proposer, ks: dict, state: dict) -> list[str]:
     return out
 
 
-def _kernels_that_matter(rows: list[dict], ks: dict, peak: dict | None = None) -> list[str]:
+def _kernels_that_matter(rows: list[ProfileRow], ks: dict, peak: dict | None = None) -> list[str]:
     """The kernels with at least MIN_SHARE of the time, the most time above the compute roof first: a
     kernel's time less what it would take at the peak FLOP/s of `peak` (the backend's peak record; a kernel
     without a FLOP count, or without a peak, keeps its whole time). A kernel already near the roof is tuned
@@ -619,16 +619,16 @@ def _kernels_that_matter(rows: list[dict], ks: dict, peak: dict | None = None) -
     2.7x slower than its space's best point."""
     flops = float((peak or {}).get("flops") or 0.0)
 
-    def above_roof(r: dict) -> float:
-        g = r.get("gflops")
-        return r["us"] * (1.0 - min(1.0, g * 1e9 / flops)) if g and flops > 0 else r["us"]
+    def above_roof(r: ProfileRow) -> float:
+        g = r.gflops
+        return r.us * (1.0 - min(1.0, g * 1e9 / flops)) if g and flops > 0 else r.us
 
     share: dict[str, float] = {}
     above: dict[str, float] = {}
     for r in rows:  # a kernel's calls summed (a profile of every call has one row per call)
-        if r["kernel"] in ks:
-            share[r["kernel"]] = share.get(r["kernel"], 0.0) + r["share"]
-            above[r["kernel"]] = above.get(r["kernel"], 0.0) + above_roof(r)
+        if r.kernel in ks:
+            share[r.kernel] = share.get(r.kernel, 0.0) + r.share
+            above[r.kernel] = above.get(r.kernel, 0.0) + above_roof(r)
     seen = sorted((k for k in share if share[k] >= MIN_SHARE), key=lambda k: -above[k])
     return seen or list(ks)  # no profile (nothing timed): every kernel, in call order
 

@@ -18,7 +18,7 @@ from ..search.cost import Machine
 from ..search.graph import graph_alternatives, target_alternatives
 from ..search.kernels import KernelInfo, kernel_script
 from ..search.variants import KernelSpace, Variant, lanes_options, layer_key
-from .episode import Episode
+from .episode import Episode, ProfileRow
 from .model import ModelClient, ModelError, ParseError, schedule_code
 
 
@@ -28,7 +28,7 @@ class LayerRequest:
     layer: str  # "loop" | "memory" | "target"
     accepted: dict  # this kernel's accepted layer traces
     feedback: list[str] = field(default_factory=list)  # the judge's verdicts on earlier attempts
-    profile: list[dict] = field(default_factory=list)  # the current best's time per kernel
+    profile: list[ProfileRow] = field(default_factory=list)  # the current best's time per kernel
 
 
 @dataclass
