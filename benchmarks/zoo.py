@@ -43,10 +43,13 @@ def searches(run_dir: Path, backend: str) -> dict[str, dict]:
     return {r.problem: {**r.__dict__, "per_kept": r.per_kept} for r in search_rows(runs, steps, lanes=lanes)}
 
 
-def behind(run_dir: Path, rs: list[dict], top: int = 3) -> dict[str, str]:
-    """For each model LEKA is not faster than ONNX Runtime on, its final candidate's kernels that take the
-    most time (the judge's per-kernel profile), each with its share, time per call, GFLOP/s and fraction of
-    the backend's peak (the int8 peak for an integer model where the peak record has one)."""
+def behind(run_dir: Path, rs: list[dict]) -> dict[str, str]:
+    """For each model LEKA is not faster than ONNX Runtime on, where its final candidate's time goes (the
+    judge's per-kernel profile): per kind of kernel (search.kernels' operator class: pointwise, depthwise,
+    conv2d, dense, ...), its share of the time, GFLOP/s and fraction of the backend's peak (the int8 peak for
+    an integer model where the peak record has one), the largest kind first; then the largest kernel."""
+    from edgekernelbench.search.kernels import kernels
+
     with RunStore(run_dir) as store:
         results = {(r.problem, r.sample): r for r in store.results()}
         peaks = [store.get_meta(k) for k in store.meta_keys("peak:")]
@@ -60,16 +63,28 @@ def behind(run_dir: Path, rs: list[dict], top: int = 3) -> dict[str, str]:
             out[row["problem"]] = "no per-kernel profile in its final judgment"
             continue
         roof = peak and ((peak.get("int8_ops") if get_problem(r.problem).integer else None) or peak["flops"])
+        kind = {k.name: k.op_class for k in kernels(r.problem)}  # the reference graph's names
         total = sum(k.per_run for k in r.kernels) or 1.0
+        by_kind: dict[str, list[float]] = {}
+        for k in r.kernels:
+            acc = by_kind.setdefault(kind.get(k.kernel, "other"), [0.0, 0.0])
+            acc[0] += k.per_run
+            acc[1] += k.flops * k.calls
         parts = []
-        for k in sorted(r.kernels, key=lambda k: -k.per_run)[:top]:
-            gflops = k.flops / k.median / 1e9 if k.flops and k.median else None
-            rate = f", {gflops:.1f} GFLOP/s" if gflops else ""
-            frac = f" ({100 * gflops * 1e9 / roof:.0f}% of the peak)" if gflops and roof else ""
-            parts.append(
-                f"{k.kernel}: {100 * k.per_run / total:.0f}% of the time, {k.median * 1e6:.1f} us x {k.calls}"
-                f"{rate}{frac}"
-            )
+        for name, (seconds, flops) in sorted(by_kind.items(), key=lambda kv: -kv[1][0]):
+            if seconds / total < 0.05:
+                continue
+            rate = flops / seconds / 1e9 if flops and seconds else None
+            text = f"{name} kernels {100 * seconds / total:.0f}% of the time"
+            if rate:
+                text += f" at {rate:.1f} GFLOP/s" + (
+                    f" ({100 * rate * 1e9 / roof:.0f}% of the peak)" if roof else ""
+                )
+            parts.append(text)
+        big = max(r.kernels, key=lambda k: k.per_run)
+        parts.append(
+            f"largest kernel {big.kernel}: {100 * big.per_run / total:.0f}%, {big.median * 1e6:.1f} us"
+        )
         out[row["problem"]] = "; ".join(parts)
     return out
 
