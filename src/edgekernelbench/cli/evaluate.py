@@ -349,7 +349,7 @@ DEMO_DEPLOY = "L3/dscnn_kws"
 @click.option("--quick", is_flag=True, hidden=True, help="(Step 1's short protocol: the default.)")
 @click.pass_context
 def demo(ctx, run_dir=Path("runs/demo"), level=1, problems=(), full=False, quick=False):
-    """The main job on built-in defaults, about 10 minutes on 2 cores with no network, key or GPU: (1) the
+    """The main job on built-in defaults, about 8 minutes on 2 cores with no network, key or GPU: (1) the
     suite's reference and rule-based candidates judged on this CPU; (2) LEKA against direct, flat and
     MetaSchedule on two problems of the agent subset under one budget (offline proposer); (3) a model
     deployed from what they found, verified and timed; (4) the HTML report, its path printed last.
