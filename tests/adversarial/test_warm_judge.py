@@ -188,3 +188,38 @@ def test_a_warm_judges_kernels_are_compiled_once_and_no_candidate_can_write_them
     assert wrong.reason == "wrong_output" and wrong.extra["kernel_cache"]["compiled"] >= 1
     assert before and all(after[name] == data for name, data in before.items())
     assert not any(p.endswith("evil.o") for p in after)
+
+
+def test_a_cluster_workers_warm_judge_serves_every_problem_on_the_cores_it_has_now(started):
+    """A cluster worker (cluster/tasks.py) keeps one warm judge for its life and judges one candidate per
+    task, of any problem: a job of another problem than the one the warm judge preloaded is forked from it
+    too (it takes that problem's graph from the parent), with the same verdicts; and each child runs on the
+    CPUs its parent holds when it is started, not on those the warm judge had when it started."""
+    import threading
+
+    other = get_problem("L1/relu6_mobilenetv2")
+    where = "'cpus %s' % sorted(os.sched_getaffinity(0))"
+    out: dict = {}
+
+    def worker() -> None:
+        isolation.lasting_warm_judge()
+        try:
+            out["first"] = judge(attack("pass", RIGHT))
+            out["other"] = evaluate(other.id, reference_spec(other), measure=False, trials=2, limits=LIMITS)
+            cpu = min(os.sched_getaffinity(0))
+            os.sched_setaffinity(0, {cpu})  # as cluster.cores.claim_cores pins a task's thread
+            out["cpu"] = cpu
+            out["pinned"] = judge(attack("import os\n" + tell(where)))
+            out["wrong"] = judge(attack("pass", WRONG))
+        finally:
+            isolation._close_slot(isolation._WARM.slot)
+
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join()
+    assert out["first"].correct and out["other"].correct, (out["first"].detail, out["other"].detail)
+    assert out["other"].extra["isolation"]["judge"]["forked"], out["other"].extra["isolation"]
+    assert out["wrong"].reason == "wrong_output"
+    assert out["pinned"].detail == f"cpus [{out['cpu']}]", out["pinned"].detail
+    assert len(started) == 1 and started[0] is not None  # one warm judge for both problems
+    assert started[0].proc.poll() is not None  # closed with the worker's slot

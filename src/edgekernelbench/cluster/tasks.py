@@ -4,8 +4,8 @@
 The worker gets everything as data from the driver -- the candidate's spec (read by the driver from the run
 directory, which workers never see), the backend's profile, the judge's configuration -- and returns a
 Result; it never writes the run store. Every judgment goes through harness.api.evaluate, as on one machine:
-builder and judge in their sandboxed processes, started from this worker (pinned to its claimed cores, so
-they are too)."""
+builder and judge in their sandboxed processes, forked from the worker's warm judge (harness/zygote.py,
+kept for the worker's life) onto the cores the task claimed."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from ..backends.base import BackendProfile
 from ..errors import EKBError
-from ..harness.api import JudgeConfig, evaluate
+from ..harness.api import JudgeConfig, evaluate, lasting_warm_judge
 from ..harness.peak import datasheet_peak, measure_peak_isolated
 from ..machine import cpu_model
 from ..records import Node, Result
@@ -166,6 +166,7 @@ def _judge(task: JudgeTask, where: Placement) -> JudgeOutcome:
         profile = profile_here(task.profile)
         if task.timed:
             peak, measured = node_peak(profile, task.judge.threads, where.node.cpu_model, task.peaks)
+        lasting_warm_judge()  # this worker's judgments, of any problem, forked from one warm judge
         res = evaluate(
             task.key.problem,
             KernelSpec.from_dict(task.spec),

@@ -17,7 +17,7 @@ from ..ir.spec import KernelSpec, read_candidate
 from ..records import Plausibility, Result
 from .config import JudgeConfig
 from .confine import confine_command
-from .isolation import Limits, run_in_worker, warm_judge
+from .isolation import Limits, lasting_warm_judge, run_in_worker, warm_judge
 from .job import DEFAULT_BASELINES, Job, judge_version
 from .peak import datasheet_peak, measure_peak_isolated
 from .timing import TimingConfig
@@ -35,6 +35,7 @@ __all__ = [
     "node_here",
     "time_floors",
     "warm_judge",
+    "lasting_warm_judge",
 ]
 
 log = logging.getLogger(__name__)

@@ -203,8 +203,10 @@ def _start(job: Job, job_dir: Path, limits: Limits, *, stdin=subprocess.DEVNULL,
     job_path, out_path = job_dir / "job.json", job_dir / "result.json"
     job_path.write_text(job.to_json())
     log = job_dir.parent / f"{job_dir.name}.log"
-    if warm is not None:  # its children have the problem's graph already (the zygote's)
+    if warm is not None:  # its children have the problem's graph already (the zygote's) or take it here
         iso.forked = True
+        if job.task in ("build", "evaluate") and job.problem != warm.key[0]:
+            _export_graph(job, job_dir)
         proc = warm.launch(job_path, out_path, log, job_dir, stdin=stdin == subprocess.PIPE)
         return Worker(proc, job_dir, log, iso, time.monotonic() + limits.timeout_s)
     if job.task in ("build", "evaluate"):
@@ -540,13 +542,32 @@ def warm_judge():
     if getattr(_WARM, "slot", None) is not None:
         yield
         return
-    _WARM.slot = slot = {"judge": None, "refused": {}}
+    _WARM.slot = slot = {"judge": None, "refused": {}, "any_problem": False}
     try:
         yield
     finally:
         _WARM.slot = None
-        if slot["judge"] is not None:
-            slot["judge"].close()
+        _close_slot(slot)
+
+
+def lasting_warm_judge() -> None:
+    """From now until the process ends, the candidates this thread judges on this machine's CPU are forked
+    from one warm judge that serves every problem (its children of another problem than the one it
+    preloaded build that problem's reference and baselines themselves): a cluster worker's, which judges
+    one candidate per task, of whatever problem comes (cluster/tasks.py). A thread in a warm_judge() block
+    keeps that one. The warm judge ends with this process (its zygote with its stdin)."""
+    if getattr(_WARM, "slot", None) is not None:
+        return
+    _WARM.slot = slot = {"judge": None, "refused": {}, "any_problem": True}
+    import atexit
+
+    atexit.register(_close_slot, slot)
+
+
+def _close_slot(slot: dict) -> None:
+    if slot["judge"] is not None:
+        slot["judge"].close()
+        slot["judge"] = None
 
 
 def _warm_key(job: Job, limits: Limits) -> tuple | None:
@@ -574,7 +595,8 @@ def _warm_for(job: Job, limits: Limits):
     if key is None:
         return None
     current = slot["judge"]
-    if current is not None and (current.key != key or current.dead or current.proc.poll() is not None):
+    fits = current is not None and (current.key[1:] == key[1:] if slot["any_problem"] else current.key == key)
+    if current is not None and (not fits or current.dead or current.proc.poll() is not None):
         current.close()
         slot["judge"] = current = None
     if current is None:

@@ -91,6 +91,8 @@ class WarmJudge:
         self.next_id += 1
         rid = str(self.next_id)
         req = {"op": "start", "id": rid, "job": str(job_path), "out": str(out_path), "log": str(log)}
+        with contextlib.suppress(AttributeError, OSError):  # the CPUs this thread may use now (cluster/cores)
+            req["cpus"] = sorted(os.sched_getaffinity(0))
         self._send({**req, "cwd": str(cwd), "stdin": stdin})
         return ForkedWorker(self, rid, stdin)
 

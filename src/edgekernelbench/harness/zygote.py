@@ -21,8 +21,9 @@ the zygote, so /proc/<pid>/mem and environ of the zygote stay closed too.
 
 The protocol, JSON lines over the zygote's stdin and stdout (only the parent holds them; a child's
 standard streams are its log file and, for the judge, a pipe of its own):
-    parent -> zygote  {"op": "start", "id", "job", "out", "log", "cwd", "stdin"}  {"op": "feed", "id",
-                      "data"} (writes to the child's stdin, then closes it)  {"op": "kill", "id"}
+    parent -> zygote  {"op": "start", "id", "job", "out", "log", "cwd", "stdin", "cpus"} (cpus: the CPUs
+                      the child may run on, the parent's at that moment)  {"op": "feed", "id", "data"}
+                      (writes to the child's stdin, then closes it)  {"op": "kill", "id"}
     zygote -> parent  {"ready": true} or {"ready": false, "why"} once; {"id", "exit"} when a child ends
                       (exit: the worker's exit code, or -N when signal N ended it)
 Where the zygote cannot fork safely (more than one thread after its imports) or cannot give a child its
@@ -196,6 +197,8 @@ def _child(libc, req: dict, stdin_r: int | None, close: list[int], zygote: int) 
     _pdeathsig(libc)
     if os.getppid() != zygote:  # the zygote died before the signal was armed
         os._exit(137)
+    if req.get("cpus"):  # the CPUs the parent may use now, not those it had when the zygote started
+        os.sched_setaffinity(0, [int(c) for c in req["cpus"]])
     log = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     os.dup2(log, 1)
     os.dup2(log, 2)

@@ -20,7 +20,7 @@ from ..backends.peak import profile_peak
 from ..cluster.session import ClusterConfig
 from ..errors import MalformedCandidate, RunDirError
 from ..files import UntrustedFileError, read_regular, sha256_hex
-from ..harness.api import JudgeConfig, evaluate, profile_digest
+from ..harness.api import JudgeConfig, evaluate, profile_digest, warm_judge
 from ..harness.job import judge_version
 from ..harness.peak import datasheet_peak, measure_peak_isolated
 from ..ir.spec import MAX_CANDIDATE_BYTES, read_candidate
@@ -205,8 +205,9 @@ def _evaluate_all(todo, backend, cfg, tracker, workers, peak=None):
     """Yields (ref, Result) as items finish: in order for one worker; with several (one per remote device),
     from parallel threads, each driving one worker process."""
     if workers <= 1 or len(todo) <= 1:
-        for ref in todo:
-            yield ref, evaluate_ref(ref, backend, cfg, tracker, peak)
+        with warm_judge():  # a problem's judgments forked from one warm judge (harness/zygote.py)
+            for ref in todo:
+                yield ref, evaluate_ref(ref, backend, cfg, tracker, peak)
         return
     from concurrent.futures import ThreadPoolExecutor, as_completed
 
