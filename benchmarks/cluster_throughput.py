@@ -31,6 +31,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 from results_io import RESULTS, machine, write
 from stability import BASELINES, compare
 
@@ -54,12 +55,23 @@ def judge(source: Path, run_dir: Path, judge_cfg: JudgeConfig, workers: int | No
     cfg = EvalConfig(judge=judge_cfg, jobs=1)
     if workers is not None:
         cfg.cluster = ClusterConfig(jobs=workers)
-    t0 = time.perf_counter()
+    busy0, t0 = busy_cpu_seconds(), time.perf_counter()
     eval_run(run_dir, cfg, on_result=lambda r: print(".", end="", flush=True))
     seconds = time.perf_counter() - t0
-    print(f" {run_dir.name}: {seconds:.1f} s", flush=True)
+    BUSY[run_dir.name] = round((busy_cpu_seconds() - busy0) / seconds, 2)
+    print(f" {run_dir.name}: {seconds:.1f} s, {BUSY[run_dir.name]} CPUs busy on average", flush=True)
     with RunStore(run_dir) as store:
         return seconds, {(r.problem, r.sample): r for r in store.results()}
+
+
+BUSY: dict[str, float] = {}  # run -> the machine's busy CPU seconds per wall second while it ran
+
+
+def busy_cpu_seconds() -> float:
+    """The machine's CPU seconds spent not idle so far (all processes: Ray's workers are not our children;
+    on a quiet machine the run's own)."""
+    t = psutil.cpu_times()
+    return sum(t) - t.idle - getattr(t, "iowait", 0.0)
 
 
 def verdict(r: Result) -> tuple:
@@ -100,6 +112,7 @@ def correctness(source: Path, out: Path, workers: int, trials: int) -> dict:
             "candidates_per_min": round(60 * n / r["seconds"], 2),
             "throughput_vs_serial": round(base["seconds"] / r["seconds"], 3),
             "verdicts_differ_from_serial": differing(base["results"], r["results"]),
+            "cpus_busy": BUSY.get(f"correct-{name}"),  # the machine's busy CPUs on average while it ran
             **nodes(r["results"]),
         }
         for name, r in runs.items()
@@ -129,6 +142,7 @@ def table(part1: dict, part2: dict | None, workers: int) -> dict:
             f"correctness only, {name}",
             r["seconds"],
             r["candidates_per_min"],
+            r["cpus_busy"],
             r["throughput_vs_serial"],
             "-",
             "-",
@@ -143,13 +157,14 @@ def table(part1: dict, part2: dict | None, workers: int) -> dict:
             v = cmp.get("tvm-default/paired") or {}
             seconds = part2["seconds"]["serial_b" if name == "serial b" else f"ray_{workers}"]
             rows.append(
-                [f"timed, {name} vs serial a", seconds, "-", round(part2["seconds"]["serial_a"] / seconds, 3),
+                [f"timed, {name} vs serial a", seconds, "-", "-", round(part2["seconds"]["serial_a"] / seconds, 3),
                  f"{100 * v.get('within_5pct', 0):.1f}%", f"{v.get('median_abs_log2', float('nan')):.3f}"]
             )  # fmt: skip
     cols = [
         "run",
         "wall s",
         "candidates/min",
+        "CPUs busy",
         "throughput vs serial",
         "speedups within +-5%",
         "median |log2|",

@@ -536,13 +536,14 @@ _WARM = threading.local()
 @contextlib.contextmanager
 def warm_judge():
     """Within this block, the candidates this thread judges on this machine's CPU are built and judged by
-    processes forked from a warm judge (harness/zygote.py): TVM imported and the problem's reference and
-    tvm-default baseline built once, not once per process. One warm judge at a time, for one problem (a
-    job for another problem replaces it); closed when the block ends. Nested blocks share the outer one."""
+    processes forked from one warm judge (harness/zygote.py): TVM imported once, not once per process, and
+    the first job's problem's reference and tvm-default baseline built in it (a child of another problem
+    builds its own: a zygote started per problem would cost a TVM import each). Closed when the block
+    ends; nested blocks share the outer one."""
     if getattr(_WARM, "slot", None) is not None:
         yield
         return
-    _WARM.slot = slot = {"judge": None, "refused": {}, "any_problem": False}
+    _WARM.slot = slot = {"judge": None, "refused": {}}
     try:
         yield
     finally:
@@ -551,14 +552,12 @@ def warm_judge():
 
 
 def lasting_warm_judge() -> None:
-    """From now until the process ends, the candidates this thread judges on this machine's CPU are forked
-    from one warm judge that serves every problem (its children of another problem than the one it
-    preloaded build that problem's reference and baselines themselves): a cluster worker's, which judges
-    one candidate per task, of whatever problem comes (cluster/tasks.py). A thread in a warm_judge() block
-    keeps that one. The warm judge ends with this process (its zygote with its stdin)."""
+    """warm_judge() for the rest of this thread's life (it ends with the process; its zygote with its
+    stdin): a cluster worker's, which judges one candidate per task, of whatever problem comes
+    (cluster/tasks.py). A thread in a warm_judge() block keeps that one."""
     if getattr(_WARM, "slot", None) is not None:
         return
-    _WARM.slot = slot = {"judge": None, "refused": {}, "any_problem": True}
+    _WARM.slot = slot = {"judge": None, "refused": {}}
     import atexit
 
     atexit.register(_close_slot, slot)
@@ -594,13 +593,14 @@ def _warm_for(job: Job, limits: Limits):
     key = _warm_key(job, limits) if slot is not None else None
     if key is None:
         return None
-    current = slot["judge"]
-    fits = current is not None and (current.key[1:] == key[1:] if slot["any_problem"] else current.key == key)
-    if current is not None and (not fits or current.dead or current.proc.poll() is not None):
+    current = slot["judge"]  # it serves any problem: key[0] is the one it preloaded
+    if current is not None and (
+        current.key[1:] != key[1:] or current.dead or current.proc.poll() is not None
+    ):
         current.close()
         slot["judge"] = current = None
     if current is None:
-        if key in slot["refused"]:
+        if key in slot["refused"]:  # per problem: its preload may be what failed
             return None
         current, why = _start_warm(job, limits, key)
         if current is None:

@@ -1,12 +1,15 @@
-"""A warm judge: one sandboxed process per episode from which every builder and judge of it is forked.
+"""A warm judge: one sandboxed process from which the builders and judges of an episode, of `ekb eval`'s
+judgments or of a cluster worker's are forked.
 
 A judgment used to start two Python processes (the builder and the judge), each importing TVM (1.5 s,
-the larger part of a judgment of a small kernel). A search judges many candidates of one problem, so
-`warm_judge()` (harness/api.py) keeps one process -- the zygote -- for as long as the episode lasts. It
-is started exactly like a worker (harness/isolation.py: a clean environment, resource limits, the
-sandbox's namespaces), does trusted work only (imports TVM and the harness, builds the problem's
-reference and the tvm-default baseline: nothing seed-dependent, no oracle output, nothing of any
-candidate) and then only forks, on the parent's request, a child that runs the worker's code on one job
+the larger part of a judgment of a small kernel). So `warm_judge()` (harness/api.py) keeps one process --
+the zygote -- for as long as an episode or a run lasts (`lasting_warm_judge()`: a cluster worker's life),
+for every problem it judges (a child of another problem than the first builds that problem's reference
+and baselines itself, from the graph its parent hands it). It is started exactly like a worker
+(harness/isolation.py: a clean environment, resource limits, the sandbox's namespaces), does trusted work
+only (imports TVM and the harness, builds the first problem's reference and the tvm-default baseline:
+nothing seed-dependent, no oracle output, nothing of any candidate) and then only forks, on the parent's
+request, a child that runs the worker's code on one job
 (harness/worker.py) exactly as a fresh worker would.
 
 Each child starts clean: a copy of that state and nothing else (no candidate has run in the zygote, and a
