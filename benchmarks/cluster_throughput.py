@@ -26,6 +26,7 @@ machine.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import time
@@ -172,6 +173,15 @@ def table(part1: dict, part2: dict | None, workers: int) -> dict:
     return {"columns": cols, "rows": rows}
 
 
+def ceiling(part1: dict) -> str:
+    """Why N workers cannot give N x here: what one judgment at a time keeps busy already."""
+    busy, cpus = part1["runs"]["serial"]["cpus_busy"], os.cpu_count() or 1
+    return (
+        f"one judgment at a time keeps {busy} CPUs busy (the driver, and each judgment's builder and judge "
+        f"overlapping): on this machine's {cpus} CPUs, workers can give at most {cpus / busy:.2f}x its throughput"
+    )
+
+
 def headline(part1: dict, part2: dict | None, workers: int) -> str:
     r = part1["runs"][f"ray-{workers}"]
     text = (
@@ -219,7 +229,10 @@ def main() -> int:
         "protocol": "wall time of each whole run (a Ray instance's start included); part 2: "
         + (part2["protocol"] if part2 else "skipped")
         + f"; {args.trials} correctness trials; compared as benchmarks/stability.py compares two runs",
-        "notes": [f"baselines compared: {', '.join(BASELINES)} (paired speedups, tvm-default in the table)"],
+        "notes": [
+            f"baselines compared: {', '.join(BASELINES)} (paired speedups, tvm-default in the table)",
+            ceiling(part1),
+        ],
         "correctness_only": part1,
         "timed": part2,
         "table": table(part1, part2, args.workers),
