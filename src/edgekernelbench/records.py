@@ -21,6 +21,7 @@ FAIL_REASONS = (
     "crash",  # the worker process died (signal, abort)
     "timeout",  # the worker ran past its wall-clock limit
     "memory",  # the worker ran past its memory limit
+    "disk",  # the worker wrote more into its directory than it may (harness/isolation.py Limits.disk_mb)
     "infra",  # the harness itself failed (not the candidate's fault)
     "not_checked",  # compiled, but no device here to check it on (compile-only backend): not a verdict
 )
@@ -179,6 +180,9 @@ class StatelessTiming:
     timed_s: float  # a timed call (median)
     rounds: int
     kernels: list[KernelTime] = field(default_factory=list)
+    # the pool the kernels' scratch buffers came from: "ours" (overwritten before each call alone), "none"
+    # (no scratch buffers), else TVM's and why (kept across calls: not checked)
+    workspace: str = ""
 
     @classmethod
     def from_dict(cls, d: dict | None) -> StatelessTiming | None:

@@ -12,8 +12,12 @@ unless that judge confirms it."""
 
 from __future__ import annotations
 
+import contextlib
+
+import pytest
+
 from edgekernelbench import metrics
-from edgekernelbench.harness.api import evaluate
+from edgekernelbench.harness.api import evaluate, warm_judge
 from edgekernelbench.harness.isolation import Limits
 from edgekernelbench.harness.timing import TimingConfig
 from edgekernelbench.ir.spec import KernelSpec
@@ -121,3 +125,58 @@ for i, j in T.grid(128, 128):
     r = evaluate(PROBLEM, spec, trials=1, measure=False, limits=Limits(timeout_s=120, memory_mb=4096))
     assert r.reason == "crash" and "candidate's process died" in r.detail, (r.reason, r.detail)
     assert r.extra.get("runner") == "separate process (forked)" and r.compiled  # the judge lived to say so
+
+
+# Outputs kept in the kernel's workspace: a scratch buffer too large for the stack comes from TVM's
+# workspace pool, which hands the same memory back, uncleared, call after call. This kernel keeps there,
+# for each of 4 slots, a fingerprint of the inputs and the output it computed for them; inputs it has seen
+# (the timed calls take 3 sets in turn) cost a copy. It never stores into an input or a constant, and every
+# output it returns is right. The stateless timing takes its scratch buffers from a pool of its own,
+# overwritten before every call, so there it does all its work.
+SLOT = 2 + 16384  # used flag, fingerprint, output
+WORKSPACE_CACHING = f"""
+cache = T.decl_buffer(({4 * SLOT + 1},), "float32")
+hit = T.decl_buffer((1,), "int32")
+hit[0] = -1
+for s in range(4):
+    if cache[s * {SLOT}] == T.float32(1) and cache[s * {SLOT} + 1] == x[0, 0] + x[7, 3] * w1[5, 1]:
+        hit[0] = s
+if hit[0] >= 0:
+    for i, j in T.grid(128, 128):
+        matmul[i, j] = cache[hit[0] * {SLOT} + 2 + i * 128 + j]
+else:
+    for i, j in T.grid(128, 128):
+        matmul[i, j] = T.float32(0)
+        for k in range(128):
+            matmul[i, j] = matmul[i, j] + x[i, k] * w1[k, j]
+    for s in range(4):
+        if s == T.Cast("int32", cache[{4 * SLOT}]) % 4 or (s == 0 and T.isnan(cache[{4 * SLOT}])):
+            for i, j in T.grid(128, 128):
+                cache[s * {SLOT} + 2 + i * 128 + j] = matmul[i, j]
+            cache[s * {SLOT} + 1] = x[0, 0] + x[7, 3] * w1[5, 1]
+            cache[s * {SLOT}] = T.float32(1)
+    cache[{4 * SLOT}] = T.Cast("float32", (T.Cast("int32", cache[{4 * SLOT}]) + 1) % 4)
+"""
+
+
+@pytest.mark.parametrize("warm", [False, True], ids=["fresh judge", "warm judge"])
+def test_a_kernel_that_keeps_outputs_in_its_workspace_is_implausible(warm):
+    """Its timed calls cost a copy; the peak given is so high that no bound catches it (this checks the
+    stateless timing alone): each kernel alone, on a poisoned workspace, does all its work -- far slower
+    than the timed calls beside it -- and the result is implausible, never fast."""
+    spec = KernelSpec(problem=PROBLEM, module=module(WORKSPACE_CACHING), method="attack")
+    with warm_judge() if warm else contextlib.nullcontext():
+        r = evaluate(
+            PROBLEM,
+            spec,
+            trials=3,
+            timing=TimingConfig(warmup_ms=5, min_repeat_ms=2, rounds=5),
+            baselines=("tvm-default",),
+            limits=Limits(timeout_s=300, memory_mb=4096),
+            peak={"flops": 1e14, "bandwidth": 1e14, "levels": []},
+        )
+    assert r.correct, r.detail  # every output it returns is right
+    assert r.stateless.workspace == "ours", r.stateless
+    assert r.stateless.ratio > metrics.STATE_FACTOR, r.stateless
+    assert r.plausibility.status.startswith("implausible"), r.plausibility
+    assert not metrics.is_fast(r, 0.0, "tvm-default")

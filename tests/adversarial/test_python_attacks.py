@@ -232,3 +232,23 @@ def test_keys_of_the_ekb_process_do_not_reach_the_results(tmp_path):
     assert "LEAK" in detail, detail[:2000]  # the attack ran and its text reached the store
     for text in (detail, ev.stdout + ev.stderr, rep.stdout + rep.stderr, (tmp_path / "r.json").read_text()):
         assert CANARY not in text
+
+
+@pytest.mark.parametrize("files", [(64, 4 << 20), (30_000, 0)], ids=["bytes", "files"])
+def test_a_builder_that_fills_the_disk_is_stopped(files):
+    """Its own directory is the only place a worker can write; what it writes there is bounded (the bytes,
+    and how many files: Limits.disk_mb, MAX_JOB_ENTRIES), each file below the limit too (RLIMIT_FSIZE), so
+    a candidate cannot fill the judge's disk."""
+    from dataclasses import replace
+
+    n, size = files
+    code = (
+        "import os, time\n"
+        f"for i in range({n}):\n"
+        f"    with open('fill%d' % i, 'wb') as f: f.write(os.urandom({size}))\n"
+        "time.sleep(60)\n"
+    )
+    spec = KernelSpec(problem=PROBLEM, module=attack(code), method="attack")
+    r = evaluate(PROBLEM, spec, trials=1, measure=False, limits=replace(LIMITS, disk_mb=16))
+    assert r.reason == "disk", (r.reason, r.detail)
+    assert "builder wrote more than 16 MiB or 20000 files" in r.detail

@@ -9,8 +9,10 @@ in Python (~0.5 us more per call, the same for every contender of a judgment; re
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
+import os
 from pathlib import Path
 
 from ..native import NativeBuildError, build_shared, source_key
@@ -69,6 +71,9 @@ def _load(path: str) -> ctypes.CDLL:
         fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32, ctypes.c_int64]
         fn.argtypes += [ctypes.c_int64]
         fn.restype = ctypes.c_int
+        lib.ekb_workspace_poison.argtypes, lib.ekb_workspace_poison.restype = [], None
+        lib.ekb_workspace_select.argtypes, lib.ekb_workspace_select.restype = [ctypes.c_int], None
+        lib.ekb_workspace_blocks.argtypes, lib.ekb_workspace_blocks.restype = [], ctypes.c_int64
         _LIBS[path] = lib
     return _LIBS[path]
 
@@ -121,3 +126,50 @@ class RotatingCaller:
         self.calls += 1
         self.next_set = (k + 1) % len(self.sets)
         return out
+
+
+# ------------------------------------------------------------------------------- the kernels' workspace
+_WORKSPACE: list[ctypes.CDLL] = []  # the call loop library whose pool serves this process's candidate
+
+
+def take_workspace(module_path: str, lib_path: str | None) -> str:
+    """Points the candidate library `module_path` (loaded already, by TVM) at the call loop library's
+    workspace pool (data/ekb_call_loop.c), so that `poison_workspace` can overwrite what its kernels' scratch
+    buffers held between calls. Call it between calls of the module (no workspace block is held then).
+    Returns "ours", or why the library keeps TVM's pool ("none": its kernels have no workspace)."""
+    if not lib_path:
+        return "TVM's pool (no call loop library)"
+    try:
+        lib = _load(lib_path)
+        module = ctypes.CDLL(module_path, mode=os.RTLD_NOLOAD | os.RTLD_NOW)
+    except OSError as e:
+        return f"TVM's pool ({e})"
+    try:
+        alloc = ctypes.c_void_p.in_dll(module, "__TVMBackendAllocWorkspace")
+        free = ctypes.c_void_p.in_dll(module, "__TVMBackendFreeWorkspace")
+    except ValueError:
+        return "none"
+    alloc.value = ctypes.cast(lib.ekb_workspace_alloc, ctypes.c_void_p).value
+    free.value = ctypes.cast(lib.ekb_workspace_free, ctypes.c_void_p).value
+    if lib not in _WORKSPACE:
+        _WORKSPACE.append(lib)
+    return "ours"
+
+
+def poison_workspace() -> None:
+    """Every free block of the selected workspace pool (stateless_workspace's), overwritten (0xff bytes)."""
+    for lib in _WORKSPACE:
+        lib.ekb_workspace_poison()
+
+
+@contextlib.contextmanager
+def stateless_workspace():
+    """Within this block the candidate's kernels take their scratch buffers from a pool of their own, which
+    `poison_workspace` overwrites (the stateless timing's); the timed calls' pool stays as they left it."""
+    for lib in _WORKSPACE:
+        lib.ekb_workspace_select(1)
+    try:
+        yield
+    finally:
+        for lib in _WORKSPACE:
+            lib.ekb_workspace_select(0)

@@ -157,7 +157,9 @@ class LocalLoaded(Loaded):
 
     def poisoned_timer(self, kernel, args, n_out, repeats: int = 1):
         """f() -> the seconds of each of `repeats` single calls of `kernel` on `args`, its last `n_out`
-        arguments (its outputs) refilled with the sentinel before every call, outside the timed region.
+        arguments (its outputs) refilled with the sentinel before every call, outside the timed region, and
+        where the runner took the kernels' workspace (call_loop.take_workspace), their scratch buffers taken
+        from a pool of the stateless timing's own, overwritten before every call too.
         After the refill its inputs are read (in place, nothing copied), so they are in the caches as they
         are in a run of main, where the kernel before has just written them: without that, the refill of a
         large output (an activation above the L2's size) evicted them, and honest models whose activations
@@ -171,7 +173,10 @@ class LocalLoaded(Loaded):
         fills = [np.full(t.shape, sentinel_for(str(t.dtype)), dtype=str(t.dtype)) for t in args[-n_out:]]
         reads = [np.from_dlpack(t) for t in args[:-n_out] if hasattr(t, "__dlpack__")]  # inputs, weights too
 
+        from .call_loop import poison_workspace, stateless_workspace
+
         def poison(*call_args):  # TVM calls it before each repeat, outside the timed region
+            poison_workspace()  # scratch buffers (where the runner owns their pool): before the reads
             for t, fill in zip(call_args[-n_out:], fills, strict=True):
                 t.copyfrom(fill)
             for view in reads:
@@ -181,7 +186,12 @@ class LocalLoaded(Loaded):
         name = f"ekb.poison.{kernel}.{id(fills)}"
         tvm.register_global_func(name, poison, override=True)
         f = self.kernels.mod.time_evaluator(kernel, self.device, number=1, repeat=repeats, f_preproc=name)
-        return lambda: list(f(*args).results)
+
+        def run() -> list[float]:
+            with stateless_workspace():
+                return list(f(*args).results)
+
+        return run
 
 
 def resolve_target(profile: BackendProfile) -> dict:

@@ -581,7 +581,7 @@ def _kernel_dir() -> Path:
 def _runner_sandbox(job: Job) -> dict | None:
     """The runner's Landlock rules: the judge's reads (and no writes: harness/runner.py), plus the folder
     of its linked kernels when the judge compiles them (`_compile_kernels`)."""
-    if not job.sandbox or not job.kernel_cache:
+    if not job.sandbox:
         return job.sandbox
     _kernel_dir().mkdir(exist_ok=True)
     return {**job.sandbox, "read": [*job.sandbox["read"], str(_kernel_dir())]}
@@ -589,16 +589,19 @@ def _runner_sandbox(job: Job) -> dict | None:
 
 def _compile_kernels(job: Job, mod, backend, target_attrs, res: Result) -> tuple[str | None, float]:
     """(library, seconds): the candidate's kernels compiled here, from the module this judge verified, each
-    once per warm judge (backends/kernel_cache.py); (None, 0): the runner builds the module whole. Raises
-    CandidateBuildError when a kernel does not compile; where the cache cannot be written or linked, the
-    runner builds the module whole (extra["kernel_cache"] says why)."""
-    if not job.kernel_cache:
-        return None, 0.0
+    once per warm judge (backends/kernel_cache.py; a judge without one keeps a cache of its own for this
+    judgment), into a library file: the runner that loads it can take its kernels' workspace
+    (backends/call_loop.take_workspace), which it cannot of a module it builds itself. (None, 0): the
+    runner builds the module whole. Raises CandidateBuildError when a kernel does not compile; where the
+    cache cannot be written or linked, the runner builds the module whole (extra["kernel_cache"] says
+    why)."""
     from ..backends.kernel_cache import CacheUnavailable, compile_kernels
 
     _kernel_dir().mkdir(exist_ok=True)
+    cache = Path(job.kernel_cache) if job.kernel_cache else _kernel_dir() / "cache"
+    cache.mkdir(exist_ok=True)
     try:
-        got = compile_kernels(mod, backend.target(target_attrs), Path(job.kernel_cache), _kernel_dir())
+        got = compile_kernels(mod, backend.target(target_attrs), cache, _kernel_dir())
     except CacheUnavailable as e:
         res.extra["kernel_cache"] = {"unused": str(e)}
         return None, 0.0

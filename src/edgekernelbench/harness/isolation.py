@@ -63,9 +63,12 @@ class Limits:
     timeout_s: float = 300.0
     memory_mb: int = 6144  # address space; TVM and LLVM need about 1.5 GiB of it to start
     address_space: bool = True  # False: limit the resident memory instead (GPU runtimes; see above)
+    disk_mb: int = 2048  # what a worker may write into its directory (the only place it can write)
 
 
 RSS_POLL_S = 0.05
+DISK_POLL_S = 0.25
+MAX_JOB_ENTRIES = 20_000  # files and folders a worker's directory may hold
 
 
 def worker_env(threads: int, home: str) -> dict[str, str]:
@@ -91,14 +94,16 @@ def worker_env(threads: int, home: str) -> dict[str, str]:
     return env
 
 
-def _limit(memory_mb: int, address_space: bool = True):
+def _limit(memory_mb: int, address_space: bool = True, disk_mb: int = Limits.disk_mb):
     parent = os.getpid()
+    disk_bytes = disk_mb * 2**20
 
     def apply():
         if address_space:
             lim = memory_mb * 2**20
             resource.setrlimit(resource.RLIMIT_AS, (lim, lim))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (disk_bytes, disk_bytes))  # no file past the disk limit
         _die_with_parent(parent)
 
     return apply
@@ -232,31 +237,60 @@ def _popen(argv: list[str], home: Path, threads: int, limits: Limits, **streams)
         env=worker_env(threads, str(home)),
         cwd=home,
         start_new_session=True,
-        preexec_fn=_limit(limits.memory_mb, limits.address_space),
+        preexec_fn=_limit(limits.memory_mb, limits.address_space, limits.disk_mb),
         **streams,
     )
 
 
-def _wait(w: Worker, limits: Limits) -> tuple[bool, bool]:
-    """Waits for the worker until its deadline: (timed out, killed past the resident-memory limit). Whatever
-    it left behind is killed (its process group; its PID namespace dies with it)."""
-    timed_out = over = False
-    if limits.address_space:
+def _wait(w: Worker, limits: Limits) -> tuple[bool, str]:
+    """Waits for the worker until its deadline: (timed out, the limit it was killed past: "memory" -- its
+    resident memory, where that is what is limited --, "disk" -- what it wrote into its directory --, or
+    ""). Whatever it left behind is killed (its process group; its PID namespace dies with it)."""
+    timed_out, over = False, ""
+    memory, disk = limits.memory_mb * 2**20, limits.disk_mb * 2**20
+    poll = DISK_POLL_S if limits.address_space else RSS_POLL_S
+    while True:
         try:
-            w.proc.wait(timeout=max(0.0, w.deadline - time.monotonic()))
+            w.proc.wait(timeout=max(0.0, min(poll, w.deadline - time.monotonic())))
+            break
         except subprocess.TimeoutExpired:
+            pass
+        if time.monotonic() > w.deadline:
             timed_out = True
-    else:
-        limit = limits.memory_mb * 2**20
-        while w.proc.poll() is None:
-            timed_out = time.monotonic() > w.deadline
-            over = not timed_out and _tree_rss(w.proc.pid) > limit
-            if timed_out or over:
-                break
-            time.sleep(RSS_POLL_S)
+        elif not limits.address_space and _tree_rss(w.proc.pid) > memory:
+            over = "memory"
+        elif _dir_over(w.dir, disk):
+            over = "disk"
+        if timed_out or over:
+            break
     _kill_group(w.proc)
     w.proc.wait()
     return timed_out, over
+
+
+def _dir_over(directory: Path, limit: int) -> bool:
+    """Whether `directory` holds more than `limit` bytes (allocated blocks) or more than MAX_JOB_ENTRIES
+    entries; links are not followed."""
+    total = entries = 0
+    todo = [str(directory)]
+    while todo:
+        try:
+            it = os.scandir(todo.pop())
+        except OSError:
+            continue
+        with it:
+            for e in it:
+                entries += 1
+                try:
+                    st = e.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                total += st.st_blocks * 512
+                if entries > MAX_JOB_ENTRIES or total > limit:
+                    return True
+                if e.is_dir(follow_symlinks=False):
+                    todo.append(e.path)
+    return False
 
 
 def _read_capped(path: Path) -> str | None:
@@ -271,12 +305,15 @@ def _read_capped(path: Path) -> str | None:
         return None
 
 
-def _died(w: Worker, job: Job, limits: Limits, timed_out: bool, over: bool, who: str) -> Result:
+def _died(w: Worker, job: Job, limits: Limits, timed_out: bool, over: str, who: str) -> Result:
     """The failure of a worker that left no readable result."""
     text = _read_capped(w.log) or ""
     res = Result(job.problem, job.sample, job.backend, candidate=job.candidate)
     if timed_out:
         return res.failure("timeout", f"{who} ran past {limits.timeout_s:.0f} s and was killed")
+    if over == "disk":
+        limit = f"{limits.disk_mb} MiB or {MAX_JOB_ENTRIES} files"
+        return res.failure("disk", f"{who} wrote more than {limit} into its directory")
     if over:
         return res.failure("memory", f"{who}'s resident memory passed the limit ({limits.memory_mb} MiB)")
     if any(m in text for m in MEMORY_MARKERS):
@@ -289,7 +326,7 @@ def _died(w: Worker, job: Job, limits: Limits, timed_out: bool, over: bool, who:
     return res.failure("crash", f"{who} died ({why}): {_tail(text)}")
 
 
-def _judge_result(w: Worker, job: Job, limits: Limits, timed_out: bool, over: bool) -> Result:
+def _judge_result(w: Worker, job: Job, limits: Limits, timed_out: bool, over: str) -> Result:
     text = None if timed_out else _read_capped(w.dir / "result.json")
     if text is None:
         return _died(w, job, limits, timed_out, over, "worker")
@@ -428,7 +465,7 @@ def _builder_status(w: Worker) -> dict:
 BUILDER_REASONS = ("parse_error", "decision_error", "signature")
 
 
-def _builder_failure(w: Worker, job: Job, limits: Limits, timed_out: bool, over: bool) -> Result | None:
+def _builder_failure(w: Worker, job: Job, limits: Limits, timed_out: bool, over: str) -> Result | None:
     """None when the builder says it made a module; else the candidate's failure (the builder's reason,
     limited to the reasons a builder can give, or how it died)."""
     status = {} if timed_out else _builder_status(w)

@@ -274,6 +274,9 @@ class _Served:
         # call's return value, so the memory the checked call gets is the one before)
         self.recent: collections.deque = collections.deque(maxlen=2)
         self.owned: list[tuple[str, object, np.ndarray]] = []  # (label, tensor, its value when bound)
+        self.library: str | None = None  # the candidate's kernels' library file, when the judge compiled them
+        # whose pool the kernels' scratch buffers come from (backends/call_loop.take_workspace)
+        self.workspace = "TVM's pool (kernels built in the runner)"
 
     def load(self, req: dict) -> dict:
         from ..tvm_env import load_json
@@ -289,6 +292,7 @@ class _Served:
         except Exception as e:
             return {"error": "compile", "detail": last_line(e) + "\n" + str(e)[-3000:]}
         self.runner = Runner(mod, built, self.session, self.reference)
+        self.library = str(req["library"]) if req.get("library") else None
         return {"ok": True, "seconds": built.seconds}
 
     def load_baseline(self, req: dict) -> dict:
@@ -309,6 +313,10 @@ class _Served:
         ]
         self.sets = sets
         self.timed = self.runner.rotating(sets, req.get("lib"), str(req.get("why") or ""))
+        if self.library:  # the kernels' scratch memory, which the stateless timing overwrites between calls
+            from ..backends.call_loop import take_workspace
+
+            self.workspace = take_workspace(self.library, req.get("lib"))
         self.owned = [(label, t, t.numpy().copy()) for label, t in self.runner.owned_state(self.timed)]
         self.recent.append(_flat(self.timed.call_next()))  # every contender's first call: untimed
         return {"ok": True, "how": self.timed.how, **self.position()}
@@ -340,7 +348,8 @@ class _Served:
 
     def stateless(self, req: dict) -> dict:
         """Runner.stateless over the bound input sets and timed calls."""
-        return {"ok": True, **self.runner.stateless(self.sets[0], self.timed, int(req.get("rounds", 15)))}
+        out = self.runner.stateless(self.sets[0], self.timed, int(req.get("rounds", 15)))
+        return {"ok": True, **out, "workspace": self.workspace}
 
     def state(self) -> dict:
         for label, t, value in self.owned:
@@ -651,13 +660,14 @@ class RunnerProxy:
 
     def stateless(self, rounds: int) -> dict:
         """The runner's stateless timing (Runner.stateless): {"ratio", "seconds", "timed_s", "rounds",
-        "kernels"}. Measured in the candidate's process, so it can only accuse (a runner that reports its
-        kernels slower is judged worse), never acquit."""
+        "kernels", "workspace" (as the runner says)}. Measured in the candidate's process, so it can only
+        accuse (a runner that reports its kernels slower is judged worse), never acquit."""
         rep, _ = self._call({"op": "stateless", "rounds": int(rounds)})
         out = {k: rep.get(k) for k in ("ratio", "seconds", "timed_s", "rounds")}
         if not all(isinstance(out[k], (int, float)) and out[k] > 0 for k in ("ratio", "seconds", "timed_s")):
             raise RunnerDied("the candidate's process sent a malformed stateless timing")
-        return {**out, "kernels": rep.get("kernels") if isinstance(rep.get("kernels"), list) else []}
+        kernels = rep.get("kernels") if isinstance(rep.get("kernels"), list) else []
+        return {**out, "kernels": kernels, "workspace": str(rep.get("workspace") or "")[:120]}
 
     def verify_state(self) -> None:
         """Raises KernelFault("input_mutated") when a constant, weight or bound input of main changed."""

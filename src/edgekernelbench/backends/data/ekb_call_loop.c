@@ -37,3 +37,101 @@ int ekb_call_loop(TVMFFIObjectHandle func, TVMFFIAny *sets, int32_t num_args, in
   }
   return 0;
 }
+
+/* The candidate's kernel workspace, owned here while it is judged.
+ *
+ * A kernel's scratch buffers above the stack's size come from TVM's workspace pool (through the module's
+ * __TVMBackendAllocWorkspace / __TVMBackendFreeWorkspace pointers), which hands the same memory back,
+ * uncleared, call after call: a kernel could keep there the outputs of inputs it saw and skip its work when
+ * they come again. The runner points a candidate library's two pointers at these functions
+ * (backends/call_loop.take_workspace). The stateless timing (each kernel called alone) selects a pool of
+ * its own and overwrites its free blocks before every call, outside the timed region: a kernel that keeps
+ * anything across calls pays for its work there, while the timed calls' pool is left as they left it (the
+ * timed calls measured beside them are not disturbed).
+ *
+ *   ekb_workspace_alloc / ekb_workspace_free    TVMBackendAllocWorkspace's and ...FreeWorkspace's signature:
+ *       the smallest free block of the selected pool that fits, else a new one (64-byte aligned)
+ *   ekb_workspace_select(pool)                  0: the timed calls' pool; 1: the stateless timing's
+ *   ekb_workspace_poison()                      the selected pool's free blocks filled with 0xff (NaN, -1)
+ *   ekb_workspace_blocks()                      how many blocks both pools hold
+ */
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+  void *ptr;
+  uint64_t size;
+  int used;
+  int pool;
+} ekb_block;
+
+static ekb_block *ekb_blocks = NULL;
+static int64_t ekb_nblocks = 0, ekb_capacity = 0;
+static pthread_mutex_t ekb_lock = PTHREAD_MUTEX_INITIALIZER;
+static int ekb_pool = 0;
+
+void ekb_workspace_select(int pool) {
+  pthread_mutex_lock(&ekb_lock);
+  ekb_pool = pool;
+  pthread_mutex_unlock(&ekb_lock);
+}
+
+void *ekb_workspace_alloc(int device_type, int device_id, uint64_t nbytes, int dtype_code_hint,
+                          int dtype_bits_hint) {
+  (void)device_id, (void)dtype_code_hint, (void)dtype_bits_hint;
+  if (device_type != 1) return NULL; /* kDLCPU only: the runner takes a host library's workspace */
+  if (nbytes == 0) nbytes = 1;
+  void *found = NULL;
+  pthread_mutex_lock(&ekb_lock);
+  int64_t best = -1;
+  for (int64_t i = 0; i < ekb_nblocks; ++i)
+    if (!ekb_blocks[i].used && ekb_blocks[i].pool == ekb_pool && ekb_blocks[i].size >= nbytes &&
+        (best < 0 || ekb_blocks[i].size < ekb_blocks[best].size))
+      best = i;
+  if (best >= 0) {
+    ekb_blocks[best].used = 1;
+    found = ekb_blocks[best].ptr;
+  } else {
+    if (ekb_nblocks == ekb_capacity) {
+      int64_t capacity = 2 * ekb_capacity + 8;
+      ekb_block *grown = realloc(ekb_blocks, sizeof(ekb_block) * (size_t)capacity);
+      if (grown != NULL) ekb_blocks = grown, ekb_capacity = capacity;
+    }
+    void *p = NULL;
+    if (ekb_nblocks < ekb_capacity && posix_memalign(&p, 64, (size_t)nbytes) == 0) {
+      ekb_blocks[ekb_nblocks].ptr = p;
+      ekb_blocks[ekb_nblocks].size = nbytes;
+      ekb_blocks[ekb_nblocks].used = 1;
+      ekb_blocks[ekb_nblocks].pool = ekb_pool;
+      ++ekb_nblocks;
+      found = p;
+    }
+  }
+  pthread_mutex_unlock(&ekb_lock);
+  return found;
+}
+
+int ekb_workspace_free(int device_type, int device_id, void *ptr) {
+  (void)device_type, (void)device_id;
+  int rc = -1;
+  pthread_mutex_lock(&ekb_lock);
+  for (int64_t i = 0; i < ekb_nblocks; ++i)
+    if (ekb_blocks[i].ptr == ptr && ekb_blocks[i].used) {
+      ekb_blocks[i].used = 0;
+      rc = 0;
+      break;
+    }
+  pthread_mutex_unlock(&ekb_lock);
+  return rc;
+}
+
+void ekb_workspace_poison(void) {
+  pthread_mutex_lock(&ekb_lock);
+  for (int64_t i = 0; i < ekb_nblocks; ++i)
+    if (!ekb_blocks[i].used && ekb_blocks[i].pool == ekb_pool) memset(ekb_blocks[i].ptr, 0xff, (size_t)ekb_blocks[i].size);
+  pthread_mutex_unlock(&ekb_lock);
+}
+
+int64_t ekb_workspace_blocks(void) { return ekb_nblocks; }
