@@ -599,7 +599,8 @@ def _compile_kernels(job: Job, mod, backend, target_attrs, res: Result) -> tuple
 
     _kernel_dir().mkdir(exist_ok=True)
     cache = Path(job.kernel_cache) if job.kernel_cache else _kernel_dir() / "cache"
-    cache.mkdir(exist_ok=True)
+    if not job.kernel_cache:
+        cache.mkdir(exist_ok=True)
     try:
         got = compile_kernels(mod, backend.target(target_attrs), cache, _kernel_dir())
     except CacheUnavailable as e:
