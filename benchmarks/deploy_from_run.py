@@ -56,6 +56,24 @@ def leka_run(pid: str, run: Path, budget: int, kernel_db: Path) -> float:
     return time.perf_counter() - t0
 
 
+def headline(rows: list[dict]) -> str:
+    """The judged speedups reproduced, and each model against ONNX Runtime as the search found it and from
+    the rules alone."""
+
+    def x(d: dict | None) -> str:
+        return f"{d['speedup']:.2f}x" if d and d.get("speedup") else "-"
+
+    reproduced = sum(bool(r["reproduced"]) for r in rows)
+    return (
+        f"the judged speedup reproduced (95% intervals overlap) for {reproduced}/{len(rows)}; vs ONNX Runtime, "
+        "deployed from LEKA's run / from the rules alone: "
+        + "; ".join(
+            f"{r['problem']} {x(r['vs_onnxruntime'])} / {x((r.get('rules_only') or {}).get('vs_onnxruntime'))}"
+            for r in rows
+        )
+    )
+
+
 def budget_check(pid: str, run: Path, work: Path, planned: int) -> str:
     """The deploy with --max-memory one byte below the plan: its one-line error (or why it did not fail)."""
     out = work / "budget" / pid.split("/", 1)[1]
@@ -191,7 +209,6 @@ def main(argv: list[str]) -> int:
         print(f"deploying {pid} with the rules only (no run, no database) ...", file=sys.stderr, flush=True)
         rows[-1]["rules_only"] = rules_only(pid, a.work / "rules" / name, a.quick)
         print(json.dumps({k: rows[-1][k] for k in ("problem", "verdict", "max_memory_check")}), flush=True)
-    reproduced = sum(bool(r["reproduced"]) for r in rows)
     protocol = "3 rounds (--quick)" if a.quick else "25 rounds"
     path = write(
         "deploy",
@@ -205,14 +222,7 @@ def main(argv: list[str]) -> int:
             "VM static plan + the kernels' workspace) and the board's files.",
             "headline": {
                 "what": "LEKA candidates deployed --from their run (host-cpu)",
-                "figure": f"judged speedup over tvm-default reproduced (95% intervals overlap) for "
-                f"{reproduced}/{len(rows)}: "
-                + "; ".join(
-                    f"{r['problem']} deployed {r['deployed']:.2f}x, judged {r['judged']:.2f}x "
-                    f"({'reproduced' if r['reproduced'] else 'not reproduced'})"
-                    for r in rows
-                    if r["deployed"] and r["judged"]
-                ),
+                "figure": headline(rows),
             },
             "machine": machine(),
             "protocol": f"paired timing {protocol} of >= 10 ms against tvm-default and ONNX Runtime in a fresh "
