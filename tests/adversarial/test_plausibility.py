@@ -57,7 +57,7 @@ def module(body: str) -> str:
     return f"@I.ir_module\nclass Module:\n    @T.prim_func(private=True)\n    def matmul({SIG}):\n{lines}\n"
 
 
-def judge(body: str):
+def judge(body: str, peak: dict = PEAK):
     spec = KernelSpec(problem=PROBLEM, module=module(body), method="attack")
     return evaluate(
         PROBLEM,
@@ -66,7 +66,7 @@ def judge(body: str):
         timing=TimingConfig(warmup_ms=5, min_repeat_ms=2, rounds=5),
         baselines=("tvm-default",),
         limits=Limits(timeout_s=300, memory_mb=4096),
-        peak=PEAK,
+        peak=peak,
     )
 
 
@@ -164,17 +164,8 @@ def test_a_kernel_that_keeps_outputs_in_its_workspace_is_implausible(warm):
     """Its timed calls cost a copy; the peak given is so high that no bound catches it (this checks the
     stateless timing alone): each kernel alone, on a poisoned workspace, does all its work -- far slower
     than the timed calls beside it -- and the result is implausible, never fast."""
-    spec = KernelSpec(problem=PROBLEM, module=module(WORKSPACE_CACHING), method="attack")
     with warm_judge() if warm else contextlib.nullcontext():
-        r = evaluate(
-            PROBLEM,
-            spec,
-            trials=3,
-            timing=TimingConfig(warmup_ms=5, min_repeat_ms=2, rounds=5),
-            baselines=("tvm-default",),
-            limits=Limits(timeout_s=300, memory_mb=4096),
-            peak={"flops": 1e14, "bandwidth": 1e14, "levels": []},
-        )
+        r = judge(WORKSPACE_CACHING, peak={"flops": 1e14, "bandwidth": 1e14, "levels": []})
     assert r.correct, r.detail  # every output it returns is right
     assert r.stateless.workspace == "ours", r.stateless
     assert r.stateless.ratio > metrics.STATE_FACTOR, r.stateless

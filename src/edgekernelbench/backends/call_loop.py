@@ -73,7 +73,6 @@ def _load(path: str) -> ctypes.CDLL:
         fn.restype = ctypes.c_int
         lib.ekb_workspace_poison.argtypes, lib.ekb_workspace_poison.restype = [], None
         lib.ekb_workspace_select.argtypes, lib.ekb_workspace_select.restype = [ctypes.c_int], None
-        lib.ekb_workspace_blocks.argtypes, lib.ekb_workspace_blocks.restype = [], ctypes.c_int64
         _LIBS[path] = lib
     return _LIBS[path]
 

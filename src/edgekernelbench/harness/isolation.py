@@ -94,13 +94,13 @@ def worker_env(threads: int, home: str) -> dict[str, str]:
     return env
 
 
-def _limit(memory_mb: int, address_space: bool = True, disk_mb: int = Limits.disk_mb):
+def _limit(limits: Limits):
     parent = os.getpid()
-    disk_bytes = disk_mb * 2**20
+    disk_bytes = limits.disk_mb * 2**20
 
     def apply():
-        if address_space:
-            lim = memory_mb * 2**20
+        if limits.address_space:
+            lim = limits.memory_mb * 2**20
             resource.setrlimit(resource.RLIMIT_AS, (lim, lim))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         resource.setrlimit(resource.RLIMIT_FSIZE, (disk_bytes, disk_bytes))  # no file past the disk limit
@@ -237,7 +237,7 @@ def _popen(argv: list[str], home: Path, threads: int, limits: Limits, **streams)
         env=worker_env(threads, str(home)),
         cwd=home,
         start_new_session=True,
-        preexec_fn=_limit(limits.memory_mb, limits.address_space, limits.disk_mb),
+        preexec_fn=_limit(limits),
         **streams,
     )
 

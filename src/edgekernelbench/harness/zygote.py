@@ -9,8 +9,8 @@ and baselines itself, from the graph its parent hands it). It is started exactly
 (harness/isolation.py: a clean environment, resource limits, the sandbox's namespaces), does trusted work
 only (imports TVM and the harness, builds the first problem's reference and the tvm-default baseline:
 nothing seed-dependent, no oracle output, nothing of any candidate) and then only forks, on the parent's
-request, a child that runs the worker's code on one job
-(harness/worker.py) exactly as a fresh worker would.
+request, a child that runs the worker's code on one job (harness/worker.py) exactly as a fresh worker
+would.
 
 Each child starts clean: a copy of that state and nothing else (no candidate has run in the zygote, and a
 child's changes stay in its own copy). Before it reads anything a candidate controls it enters a PID

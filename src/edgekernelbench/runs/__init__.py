@@ -205,7 +205,7 @@ def _evaluate_all(todo, backend, cfg, tracker, workers, peak=None):
     """Yields (ref, Result) as items finish: in order for one worker; with several (one per remote device),
     from parallel threads, each driving one worker process."""
     if workers <= 1 or len(todo) <= 1:
-        with warm_judge():  # a problem's judgments forked from one warm judge (harness/zygote.py)
+        with warm_judge():  # every judgment forked from one warm judge (harness/zygote.py)
             for ref in todo:
                 yield ref, evaluate_ref(ref, backend, cfg, tracker, peak)
         return

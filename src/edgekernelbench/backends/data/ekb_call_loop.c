@@ -53,7 +53,6 @@ int ekb_call_loop(TVMFFIObjectHandle func, TVMFFIAny *sets, int32_t num_args, in
  *       the smallest free block of the selected pool that fits, else a new one (64-byte aligned)
  *   ekb_workspace_select(pool)                  0: the timed calls' pool; 1: the stateless timing's
  *   ekb_workspace_poison()                      the selected pool's free blocks filled with 0xff (NaN, -1)
- *   ekb_workspace_blocks()                      how many blocks both pools hold
  */
 
 #include <pthread.h>
@@ -130,8 +129,7 @@ int ekb_workspace_free(int device_type, int device_id, void *ptr) {
 void ekb_workspace_poison(void) {
   pthread_mutex_lock(&ekb_lock);
   for (int64_t i = 0; i < ekb_nblocks; ++i)
-    if (!ekb_blocks[i].used && ekb_blocks[i].pool == ekb_pool) memset(ekb_blocks[i].ptr, 0xff, (size_t)ekb_blocks[i].size);
+    if (!ekb_blocks[i].used && ekb_blocks[i].pool == ekb_pool)
+      memset(ekb_blocks[i].ptr, 0xff, (size_t)ekb_blocks[i].size);
   pthread_mutex_unlock(&ekb_lock);
 }
-
-int64_t ekb_workspace_blocks(void) { return ekb_nblocks; }
