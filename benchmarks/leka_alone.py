@@ -42,6 +42,7 @@ def rows(run_dir: Path, method: str) -> list[dict]:
         out.append(
             {
                 "problem": problem,
+                "backend": r.backend if r else None,
                 "correct": ok,
                 "vs_tvm_default": r.speedups.get("tvm-default") if ok else None,
                 "vs_ort": s_ort,
@@ -141,7 +142,7 @@ def record(name: str, run_dir: Path, method: str, rs: list[dict]) -> None:
                 "figure": f"{sum(r['correct'] for r in rs)}/{n} correct, faster on {fast} ({ties} ties), "
                 f"geomean {fmt(g)}",
             },
-            "machine": machine(),
+            "machine": machine(next((r["backend"] for r in rs if r["backend"]), "host-cpu")),
             "protocol": "budget 32, --quick search protocol, --no-reuse; final judgment with the full protocol",
             "table": {
                 "columns": [

@@ -31,7 +31,11 @@ def load(results: Path = RESULTS) -> list[dict]:
 
 def machine_line(m: dict) -> str:
     isa = ", ".join(m.get("isa") or []) or "?"
-    return f"{m.get('cpu') or '?'} (LLVM {m.get('llvm_cpu', '?')}: {isa}), {m.get('threads', 1)} thread(s)"
+    backend = m.get("backend") or "host-cpu"
+    built = (
+        "" if backend == "host-cpu" else f", built for {backend} ({m.get('vector_bits', '?')}-bit vectors)"
+    )
+    return f"{m.get('cpu') or '?'} (LLVM {m.get('llvm_cpu', '?')}: {isa}){built}, {m.get('threads', 1)} thread(s)"
 
 
 def _cell(v) -> str:

@@ -1,6 +1,6 @@
 """LEKA on the held-out zoo (problems/zoo.py) against ONNX Runtime: the figure the search is not tuned on.
 
-    .venv/bin/python benchmarks/zoo.py --out runs/zoo [--budget 32] [--backend host-cpu]
+    .venv/bin/python benchmarks/zoo.py --out runs/zoo [--budget 32] [--backend host-cpu] [--name zoo]
 
 Runs `ekb agent --methods leka --budget N --quick --no-reuse --suite zoo` (host CPU, 1 thread, offline;
 resumable: a finished run is only read again), then reads its store (benchmarks/leka_alone.py): per model,
@@ -125,7 +125,12 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--budget", type=int, default=32)
     ap.add_argument("--backend", default="host-cpu")
-    ap.add_argument("--results", type=Path, help="write the report here [results/zoo.json]")
+    ap.add_argument(
+        "--name",
+        default="zoo",
+        help="the results file's name: results/NAME.json [zoo]; one per ISA measured, e.g. zoo_avx512",
+    )
+    ap.add_argument("--results", type=Path, help="write the report here instead [results/NAME.json]")
     args = ap.parse_args(argv)
     cmd = [
         sys.executable, "-m", "edgekernelbench.cli", "agent", "--methods", "leka", "--budget", str(args.budget),
@@ -139,9 +144,10 @@ def main(argv=None) -> int:
     spent = searches(args.out, args.backend)
     kernels_behind = behind(args.out, rs)
     path = write(
-        "zoo",
+        args.name,
         {
-            "title": "LEKA on the held-out zoo",
+            "title": "LEKA on the held-out zoo"
+            + ("" if args.backend == "host-cpu" else f" ({args.backend})"),
             "about": f"LEKA (offline proposer, budget {args.budget}, the search's short protocol, no kernel "
             f"database) on the {b['models']} models of problems/zoo.py, which the search was not developed on, "
             "against ONNX Runtime (all graph optimizations, same thread count).",

@@ -42,10 +42,10 @@ from dataclasses import dataclass, field, replace
 from ..errors import EKBError
 from ..generators.reference_candidates import reference_spec
 from ..harness.api import TimingConfig
-from ..ir.spec import SCHEDULE_LAYERS, Decisions, KernelSpec
+from ..ir.spec import SCHEDULE_LAYERS, Decisions, KernelDecisions, KernelLayers, KernelSpec, Trace
 from ..kerneldb import Entry, KernelDB
 from ..search.graph import graph_key, same_graph
-from ..search.kernels import backend_target_key, concat_traces, kernels, tvm_version
+from ..search.kernels import KernelInfo, backend_target_key, concat_traces, kernels, tvm_version
 from .budget import BudgetExhausted
 from .episode import OBJECTIVE, Episode, ProfileRow, profile_rows, score, verdict_text
 from .proposers import LayerRequest, Proposal
@@ -64,16 +64,16 @@ class Whole:
     """LEKA's decisions for the whole module: graph passes (search/graph.py) and target attributes (LLVM's
     fast-math flags: search/graph.target_alternatives)."""
 
-    passes: list = field(default_factory=list)
-    target_attrs: dict = field(default_factory=dict)
+    passes: list[dict] = field(default_factory=list)  # [{"name": ..., "args": {...}}]
+    target_attrs: dict[str, object] = field(default_factory=dict)
 
 
 def build_spec(
     problem,
-    state: dict,
+    state: KernelDecisions,
     method: str,
     code: str | None = None,
-    workloads: dict | None = None,
+    workloads: dict[str, str] | None = None,
     whole: Whole | None = None,
 ):
     """A candidate: the reference (after the graph passes of `whole`, if any) with `state` (kernel -> layer
@@ -94,7 +94,7 @@ def build_spec(
     return spec
 
 
-def with_code_trace(layers: dict, layer: str, trace: list) -> dict:
+def with_code_trace(layers: KernelLayers, layer: str, trace: Trace) -> KernelLayers:
     """A kernel's layers after appending the trace that a layer's schedule code made: it was recorded on
     the kernel after all its kept layers, so it goes last (in `layer`, or the last layer present)."""
     out = dict(layers)
@@ -113,7 +113,7 @@ def run_leka(ep: Episode, proposer) -> None:
     ks = {k.name: k for k in kernels(problem.id)}
     workloads = {k.name: k.workload for k in ks.values()}
     target = backend_target_key(ep.cfg.backend)
-    state: dict[str, dict] = {}
+    state: KernelDecisions = {}
     db = KernelDB(ep.cfg.kernel_db)
     try:
         reused = _reuse(ep, db, ks, target, state)
@@ -151,10 +151,10 @@ class _Tuning:
     """The search's state between judgments: the current graph's kernels, their kept decisions, those
     reused from the kernel database, their workloads, the best speedup and its profile."""
 
-    ks: dict
-    state: dict
-    reused: set
-    workloads: dict
+    ks: dict[str, KernelInfo]
+    state: KernelDecisions
+    reused: set[str]
+    workloads: dict[str, str]
     best: float
     rows: list[ProfileRow]
 
@@ -225,7 +225,9 @@ def _retry(ep: Episode, proposer, t: _Tuning, whole: Whole, rejected: list) -> N
     )
 
 
-def _reuse(ep: Episode, db: KernelDB, ks: dict, target: str, state: dict) -> set[str]:
+def _reuse(
+    ep: Episode, db: KernelDB, ks: dict[str, KernelInfo], target: str, state: KernelDecisions
+) -> set[str]:
     """Kernels whose workload the kernel database holds for this target start from the stored decisions
     (into `state`); returns their names."""
     reused: set[str] = set()
@@ -247,9 +249,9 @@ def _graph_layer(
     proposer,
     target: str,
     best: float,
-    rows=None,
-    base: dict | None = None,
-    rejected: list | None = None,
+    rows: list[ProfileRow] | None = None,
+    base: dict[str, str] | None = None,
+    rejected: list[tuple[str, list[dict]]] | None = None,
 ):
     """Judges each graph change the proposer offers, on top of those already kept, its kernels at their
     stored decisions or the proposer's starting point; a change is kept when the candidate is correct and
@@ -274,7 +276,7 @@ def _graph_layer(
             if rejected is not None:  # a change kept later may give it something to rewrite (_graph_retry)
                 rejected.append((label, passes))
             continue
-        state: dict[str, dict] = {}
+        state: KernelDecisions = {}
         reused = _reuse(ep, db, ks, target, state)
         _starting_points(proposer, ks, state)
         workloads = {k.name: k.workload for k in ks.values()}
@@ -299,7 +301,16 @@ def _graph_layer(
 
 
 def _graph_retry(
-    ep: Episode, proposer, ks, state, reused, workloads, whole: Whole, best: float, rows, rejected
+    ep: Episode,
+    proposer,
+    ks: dict[str, KernelInfo],
+    state: KernelDecisions,
+    reused: set[str],
+    workloads: dict[str, str],
+    whole: Whole,
+    best: float,
+    rows: list[ProfileRow],
+    rejected: list[tuple[str, list[dict]]],
 ):
     """The graph changes the graph layer dropped, judged again after the first kernel pass, on the tuned
     kernels. The graph layer judges a change with every kernel at its starting point, where a change that
@@ -333,7 +344,16 @@ def _graph_retry(
 
 
 def _retry_one(
-    ep: Episode, label: str, trial: list, ks, state, workloads, whole: Whole, best: float, rows, proposer=None
+    ep: Episode,
+    label: str,
+    trial: list[dict],
+    ks: dict[str, KernelInfo],
+    state: KernelDecisions,
+    workloads: dict[str, str],
+    whole: Whole,
+    best: float,
+    rows: list[ProfileRow],
+    proposer=None,
 ):
     """One dropped graph change (`trial`: the kept passes and it) judged again; (names, kernels, state,
     workloads, result) when kept (names: each tuned kernel -> the kernel that took its decisions), None when
@@ -382,7 +402,9 @@ def _retry_one(
     return (names, ks2, state2, workloads2, res) if improves_whole(res, best, rows, same) else None
 
 
-def _first_points(proposer, graph: str, new: list, ks: dict, state: dict):
+def _first_points(
+    proposer, graph: str, new: list[KernelInfo], ks: dict[str, KernelInfo], state: KernelDecisions
+):
     """Decisions for the kernels of `graph` (`new`), which are not those of the tuned graph (`ks`, with
     their decisions in `state`): a kernel with a tuned kernel's workload takes its decisions (the same
     function); every other one the proposer's first point of its space there (`proposer.first_point`: the
@@ -410,7 +432,15 @@ def _first_points(proposer, graph: str, new: list, ks: dict, state: dict):
     return names, state2
 
 
-def _translate_unfit(ep: Episode, translate, old: str, new: str, names: dict, state: dict, state2: dict):
+def _translate_unfit(
+    ep: Episode,
+    translate,
+    old: str,
+    new: str,
+    names: dict[str, str],
+    state: KernelDecisions,
+    state2: KernelDecisions,
+):
     """In `state2` (the decisions carried to graph `new` by call order), the kernels whose decisions do not
     replay on their counterpart get `translate`'s (the same point of the space). False when one cannot be
     translated (the change is then not judged: its candidate would not build)."""
@@ -427,7 +457,15 @@ def _translate_unfit(ep: Episode, translate, old: str, new: str, names: dict, st
     return True
 
 
-def _target_layer(ep: Episode, proposer, state: dict, workloads: dict, whole: Whole, best: float, rows):
+def _target_layer(
+    ep: Episode,
+    proposer,
+    state: KernelDecisions,
+    workloads: dict[str, str],
+    whole: Whole,
+    best: float,
+    rows: list[ProfileRow],
+):
     """Judges each whole-module target decision the proposer offers (LLVM's fast-math flags) on top of the
     kept graph and starting points; kept (into `whole`) when correct and faster (`improves_whole`: a
     module-wide decision judged once, like a graph change). Returns (best, profile rows)."""
@@ -562,7 +600,15 @@ def with_kernel_times(rows: list[ProfileRow], res, kernel: str) -> list[ProfileR
 SLOWER_BY = 1.1  # a starting point is dropped when its profile is this much slower than tvm-default's
 
 
-def _drop_slower_starts(ep: Episode, state: dict, started: list, res, best: float, rows, workloads):
+def _drop_slower_starts(
+    ep: Episode,
+    state: KernelDecisions,
+    started: list[str],
+    res,
+    best: float,
+    rows: list[ProfileRow],
+    workloads: dict[str, str],
+):
     """The start without the kernels whose starting point the judge's profile found slower than
     tvm-default's version of them (`_slower_than_default`), judged and kept when it improves on the start.
     Returns (state, best, rows)."""
@@ -595,7 +641,7 @@ def _slower_than_default(res, started: list[str]) -> set[str]:
     return {k for k in started if k in mine and default.get(k, 0.0) > 0 and mine[k] > SLOWER_BY * default[k]}
 
 
-def _starting_points(proposer, ks: dict, state: dict) -> list[str]:
+def _starting_points(proposer, ks: dict[str, KernelInfo], state: KernelDecisions) -> list[str]:
     """Kernels without a stored decision start from the proposer's starting point, when it has one (the
     builtin proposer: the rule-based schedule; a model starts from the reference); returns their names."""
     start = getattr(proposer, "start", None)
@@ -610,7 +656,9 @@ def _starting_points(proposer, ks: dict, state: dict) -> list[str]:
     return out
 
 
-def _kernels_that_matter(rows: list[ProfileRow], ks: dict, peak: dict | None = None) -> list[str]:
+def _kernels_that_matter(
+    rows: list[ProfileRow], ks: dict[str, KernelInfo], peak: dict | None = None
+) -> list[str]:
     """The kernels with at least MIN_SHARE of the time, the most time above the compute roof first: a
     kernel's time less what it would take at the peak FLOP/s of `peak` (the backend's peak record; a kernel
     without a FLOP count, or without a peak, keeps its whole time). A kernel already near the roof is tuned
@@ -643,11 +691,11 @@ def _layer(
     proposer,
     kernel,
     layer: str,
-    state: dict,
+    state: KernelDecisions,
     best: float,
-    rows,
-    workloads,
-    whole,
+    rows: list[ProfileRow],
+    workloads: dict[str, str],
+    whole: Whole,
     profile: dict,
     tally: Progress | None = None,
 ):
@@ -721,7 +769,14 @@ def _layer(
     return best, rows
 
 
-def _remember(ep: Episode, db: KernelDB, state: dict, reused: set, ks: dict, target: str) -> None:
+def _remember(
+    ep: Episode,
+    db: KernelDB,
+    state: KernelDecisions,
+    reused: set[str],
+    ks: dict[str, KernelInfo],
+    target: str,
+) -> None:
     """Every kernel decision of the best candidate that LEKA found itself goes into the kernel database."""
     if ep.best is None or not state:
         return

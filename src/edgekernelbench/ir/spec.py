@@ -30,13 +30,17 @@ SCHEDULE_LAYERS = ("loop", "memory", "target")
 LAYERS = ("graph", *SCHEDULE_LAYERS)
 FORMAT_VERSION = 1
 
+Trace = list  # a TVM schedule trace in its JSON form: [instructions, decisions]
+KernelLayers = dict[str, Trace]  # one PrimFunc's schedule layers: layer (SCHEDULE_LAYERS) -> its trace
+KernelDecisions = dict[str, KernelLayers]  # PrimFunc name -> its layers (a search's kept decisions)
+
 
 @dataclass
 class Decisions:
     graph: dict = field(default_factory=dict)  # {"passes": [{"name": ..., "args": {...}}]}
-    loop: dict[str, list] = field(default_factory=dict)  # PrimFunc name -> trace JSON [insts, decisions]
-    memory: dict[str, list] = field(default_factory=dict)
-    target: dict[str, list] = field(default_factory=dict)
+    loop: dict[str, Trace] = field(default_factory=dict)  # PrimFunc name -> its trace in this layer
+    memory: dict[str, Trace] = field(default_factory=dict)
+    target: dict[str, Trace] = field(default_factory=dict)
     target_attrs: dict = field(default_factory=dict)  # attributes merged into the backend's target
     workloads: dict[str, str] = field(default_factory=dict)  # PrimFunc name -> workload key recorded on
 
@@ -51,7 +55,7 @@ class Decisions:
                     names.append(name)
         return names
 
-    def layer_traces(self, func: str) -> list[tuple[str, list]]:
+    def layer_traces(self, func: str) -> list[tuple[str, Trace]]:
         return [
             (layer, getattr(self, layer)[func]) for layer in SCHEDULE_LAYERS if func in getattr(self, layer)
         ]
