@@ -131,6 +131,24 @@ _fixture(
 )
 
 
+def _conv_concat_dropout(g):
+    x = g.input("x", (1, 3, 8, 8))
+    y = g.node("Relu", [g.node("Conv", [x, g.weight((8, 3, 3, 3)), g.bias(8)], pads=[1, 1, 1, 1])])
+    a = g.node("Conv", [y, g.weight((4, 8, 1, 1)), g.bias(4)])
+    b = g.node("Conv", [y, g.weight((4, 8, 3, 3)), g.bias(4)], pads=[1, 1, 1, 1])
+    d = g.node("Dropout", [g.node("Concat", [a, b], axis=1)])  # left in, as old exporters leave it
+    g.output(g.node("Conv", [d, g.weight((6, 8, 1, 1)), g.bias(6)]))
+
+
+_fixture(
+    "L1/tiny_conv_concat_dropout",
+    "vision",
+    "conv2d",
+    "test fixture: a fire module (SqueezeNet's 1x1 and 3x3 branches concatenated) with Dropout left in",
+    _conv_concat_dropout,
+)
+
+
 def _matmul_odd(g):
     x = g.input("x", (16, 24))
     g.output(g.node("MatMul", [x, g.weight((24, 17))]))

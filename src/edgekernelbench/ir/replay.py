@@ -39,13 +39,15 @@ GRAPH_PASSES = {  # Relax passes a graph-layer decision may name, with the args 
     "CombineParallelMatmul": (),
     "FastMathTransform": (),
 }
-# the project's own graph passes (name -> (module of ir/, its factory, args)): ir/int8_dot.py, ir/fast_log.py,
-# ir/clip_ops.py, ir/quantize_rint.py, ir/packed_gemm.py, ir/bias_init.py, ir/block_transpose.py
+# the project's own graph passes (name -> (module of ir/, its factory, args)): ir/int8_dot.py,
+# ir/fast_log.py, ir/clip_ops.py, ir/dropout.py, ir/quantize_rint.py, ir/packed_gemm.py, ir/bias_init.py,
+# ir/block_transpose.py
 PROJECT_PASSES = {
     "Int8DotProduct": ("int8_dot", "int8_dot_pass", ()),
     "FastLog": ("fast_log", "fast_log_pass", ()),
     "QuantizeRint": ("quantize_rint", "quantize_rint_pass", ()),
     "ClipAsOps": ("clip_ops", "clip_ops_pass", ()),
+    "DropoutAsIdentity": ("dropout", "dropout_pass", ()),
     "PackedWeights": ("packed_gemm", "packed_gemm_pass", ()),
     "BiasInit": ("bias_init", "bias_init_pass", ()),
     "BlockTranspose": ("block_transpose", "block_transpose_pass", ()),

@@ -3,10 +3,11 @@
 A graph decision is a list of Relax passes (`Decisions.graph["passes"]`, replayed by
 `ir.replay.apply_graph_decisions` before legalization and fusion); what they add that depends on weights
 only (e.g. a kernel re-laid out) is lifted into `main_transform_params` and runs once, at load time.
-Today's alternatives: convolutions channels last (2-D: NHWC with HWIO kernels, 1-D: NWC with WIO; the
-output channel, contiguous in the output and in the re-laid-out weights, becomes the vector axis; strided,
-small-spatial and odd-length convolutions then vectorize without gathers or partial vectors), at the price
-of transposing the activations where the graph enters and leaves that layout; depthwise convolutions
+Today's alternatives: convolutions channels last (2-D: NHWC with HWIO kernels, 1-D: NWC with WIO; after
+DropoutAsIdentity where the model has Dropout, ir/dropout.py; the output channel, contiguous in the output and
+in the re-laid-out weights, becomes the vector axis; strided, small-spatial and odd-length convolutions then
+vectorize without gathers or partial vectors), at the price of transposing the activations where the graph
+enters and leaves that layout; depthwise convolutions
 whose sums start at their bias (ir/bias_init.py: no add in the epilogue); fast math
 (approximations of softmax, exp, erf, tanh that vectorize); the activations' transposes as tiles through
 registers (ir/block_transpose.py). A model with ONNX Clip gets channels last
@@ -39,6 +40,9 @@ NHWC = [
 # ONNX Clip as Relax maximum / minimum (ir/clip_ops.py), before channels last: ConvertLayout then carries
 # the layout through the clamps (ReLU6) instead of transposing around each one
 CLIP_AS_OPS = [{"name": "ClipAsOps", "args": {}}]
+# ONNX Dropout as the identity it is at inference (ir/dropout.py), before channels last: Relax's dropout
+# returns a tuple (output, mask), on which ConvertLayout fails for the whole graph
+DROPOUT_AS_IDENTITY = [{"name": "DropoutAsIdentity", "args": {}}]
 FAST_MATH = [{"name": "FastMathTransform", "args": {}}]
 # integer GEMMs (MatMulInteger) as u8 x s8 dot products on packed weights (ir/int8_dot.py)
 INT8_DOT = [{"name": "Int8DotProduct", "args": {}}]
@@ -88,8 +92,11 @@ def graph_alternatives(problem, backend=None) -> list[tuple[str, list[dict]]]:
     out = []
     if any(n.op_type == "Conv" and _weight_rank(problem.model.graph, n.input[1]) in (3, 4) for n in nodes):
         clamps = any(n.op_type == "Clip" for n in nodes)
+        dropout = any(n.op_type == "Dropout" for n in nodes)
         label = "NHWC / HWIO, NWC / WIO weights" + ("; clamps as operators" if clamps else "")
-        out.append((f"graph: convolutions channels last ({label})", (CLIP_AS_OPS if clamps else []) + NHWC))
+        label += "; Dropout as the identity" if dropout else ""
+        before = (DROPOUT_AS_IDENTITY if dropout else []) + (CLIP_AS_OPS if clamps else [])
+        out.append((f"graph: convolutions channels last ({label})", before + NHWC))
     if backend is not None and _int8_gemms(problem.model.graph) and _has_vnni(backend):
         out.append(("graph: integer GEMMs as u8 x s8 dot products on packed weights (VNNI)", INT8_DOT))
     if backend is not None and any(n.op_type == "QuantizeLinear" for n in nodes) and _is_x86(backend):
