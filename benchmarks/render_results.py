@@ -29,10 +29,15 @@ def load(results: Path = RESULTS) -> list[dict]:
     return sorted(reports, key=lambda r: (rank.get(r["benchmark"], len(ORDER)), r["benchmark"]))
 
 
+def _vectors(m: dict) -> str:
+    """What a figure's code was built for: a hypervisor may hide AVX-512 from a CPU that has it."""
+    return f"; {m['vector_bits']}-bit vectors" if m.get("vector_bits") else ""
+
+
 def machine_line(m: dict) -> str:
     isa = ", ".join(m.get("isa") or []) or "?"
     backend = m.get("backend") or "host-cpu"
-    vectors = f"; {m['vector_bits']}-bit vectors" if m.get("vector_bits") else ""
+    vectors = _vectors(m)
     built = "" if backend == "host-cpu" else f", built for {backend}"
     return (
         f"{m.get('cpu') or '?'} (LLVM {m.get('llvm_cpu', '?')}: {isa}{vectors}){built}, "
@@ -84,9 +89,7 @@ def headline_table(reports: list[dict]) -> str:
     lines = ["| what | figure | machine | date |", "|---|---|---|---|"]
     for r in reports:
         m = r.get("machine") or {}
-        where = f"{m.get('cpu') or '?'}, {', '.join(m.get('isa') or []) or '?'}"
-        if m.get("vector_bits"):  # what the figure's code was built for: AVX-512 may be there but hidden
-            where += f"; {m['vector_bits']}-bit vectors"
+        where = f"{m.get('cpu') or '?'}, {', '.join(m.get('isa') or []) or '?'}{_vectors(m)}"
         lines.append(f"| {r['headline']['what']} | {r['headline']['figure']} | {where} | {r['date']} |")
     return "\n".join(lines)
 

@@ -7,14 +7,13 @@ Today's alternatives: convolutions channels last (2-D: NHWC with HWIO kernels, 1
 DropoutAsIdentity where the model has Dropout, ir/dropout.py; the output channel, contiguous in the output and
 in the re-laid-out weights, becomes the vector axis; strided, small-spatial and odd-length convolutions then
 vectorize without gathers or partial vectors), at the price of transposing the activations where the graph
-enters and leaves that layout; depthwise convolutions
-whose sums start at their bias (ir/bias_init.py: no add in the epilogue); fast math
-(approximations of softmax, exp, erf, tanh that vectorize); the activations' transposes as tiles through
-registers (ir/block_transpose.py). A model with ONNX Clip gets channels last
-after ClipAsOps (ir/clip_ops.py: the importer's clamp kernels as Relax operators, which ConvertLayout
-carries the layout through and FuseOps fuses into the convolution). LEKA tries them one after the other,
-each on top of those already kept. Packed layouts (NCHW[x]c) are not offered: TVM 0.27's Relax has no
-legalization for conv2d in them (the op stays high-level and cannot be built).
+enters and leaves that layout; depthwise convolutions whose sums start at their bias (ir/bias_init.py: no add
+in the epilogue); fast math (approximations of softmax, exp, erf, tanh that vectorize); the activations'
+transposes as tiles through registers (ir/block_transpose.py). A model with ONNX Clip gets channels last after
+ClipAsOps (ir/clip_ops.py: the importer's clamp kernels as Relax operators, which ConvertLayout carries the
+layout through and FuseOps fuses into the convolution). LEKA tries them one after the other, each on top of
+those already kept. Packed layouts (NCHW[x]c) are not offered: TVM 0.27's Relax has no legalization for conv2d
+in them (the op stays high-level and cannot be built).
 
 Beside the graphs, one whole-module target decision (`target_alternatives`, `Decisions.target_attrs`):
 LLVM's fast-math flags for every kernel. Measured on softmax_mobilebert_attn's rows (512 x 128, after
