@@ -571,6 +571,89 @@ def test_a_dropped_graph_change_that_calls_other_kernels_is_judged_at_their_firs
     assert ep.judged == []
 
 
+def test_a_dropped_graph_change_is_judged_again_with_the_dropped_target_decisions(monkeypatch):
+    """_graph_retry, scripted judge, with a target decision the target layer dropped (fast math): a graph
+    change not kept alone is judged once more with it, and both are kept when that improves (the target
+    decision leaves the dropped list); a change kept alone has the target decision judged again on top
+    (kept when it improves, left dropped when not); a change wrong alone is not judged with it; without
+    dropped target decisions a change is judged once."""
+    from edgekernelbench.agents import leka
+    from edgekernelbench.records import Result
+    from edgekernelbench.search.kernels import KernelInfo
+
+    nhwc, fast = [{"name": "ConvertLayout", "args": {}}], {"fast_math": True}
+    graphs = {
+        "": (KernelInfo("conv", "w_nchw", "conv2d", None),),
+        leka.graph_key(nhwc): (
+            KernelInfo("transpose", "w_t", "injective", None),
+            KernelInfo("conv_nhwc", "w_nhwc", "conv2d", None),
+        ),
+    }
+    monkeypatch.setattr(leka, "kernels", lambda pid, graph="": graphs[graph])
+    monkeypatch.setattr(leka, "same_graph", lambda pid, a, b: False)
+
+    class Ep:
+        problem, method = get_problem(TINY), "leka"
+
+        def __init__(self, speedups):
+            self.speedups, self.judged, self.steps = speedups, [], []
+
+        def judge(self, spec, **kw):  # the speedup of (graph changed, fast math on); None: wrong
+            key = (bool(spec.decisions.graph), bool(spec.decisions.target_attrs))
+            self.judged.append((key, kw["layer"], kw["label"]))
+            s = self.speedups[key]
+            res = Result(
+                problem=TINY, sample=4, backend="host-cpu", correct=s is not None, speedups={"tvm-default": s}
+            )
+            res.speedup_ci = {"tvm-default": [s * 0.99, s * 1.01]} if s else {}
+            return res
+
+        def record(self, **kw):
+            self.steps.append(kw)
+
+    class Proposer:
+        graph = ""
+
+        def first_point(self, name):
+            return {"loop": [["first", name]]}
+
+    ks = {k.name: k for k in graphs[""]}
+    tuned, workloads = {"conv": {"loop": [["tile", "conv"]]}}, {"conv": "w_nchw"}
+    label = "target: fast math"
+
+    def retry(speedups):
+        ep, whole, targets = Ep(speedups), leka.Whole(), [(label, fast)]
+        out = leka._graph_retry(
+            ep, Proposer(), ks, dict(tuned), set(), workloads, whole, 10.0, [], [("nhwc", nhwc)], targets
+        )
+        return ep, whole, targets, out[4]
+
+    # channels last alone within the noise (10.1x against 10.0x), with fast math 26x: both kept
+    ep, whole, targets, best = retry({(True, False): 10.1, (True, True): 26.0})
+    assert [j[0] for j in ep.judged] == [(True, False), (True, True)] and label in ep.judged[1][2]
+    assert whole.passes == nhwc and whole.target_attrs == fast and targets == [] and best == 26.0
+    assert [(s["kind"], s["layer"]) for s in ep.steps] == [("accept", "graph"), ("accept", "target")]
+    # neither: nothing kept, fast math still dropped
+    ep, whole, targets, best = retry({(True, False): 10.1, (True, True): 10.1})
+    assert len(ep.judged) == 2 and whole == leka.Whole() and targets == [(label, fast)] and best == 10.0
+    # channels last kept alone (20x): fast math judged again on top of it, kept at 40x
+    ep, whole, targets, best = retry({(True, False): 20.0, (True, True): 40.0})
+    assert [(j[0], j[1]) for j in ep.judged] == [((True, False), "graph"), ((True, True), "target")]
+    assert whole.passes == nhwc and whole.target_attrs == fast and targets == [] and best == 40.0
+    # ... and left dropped when it does not pay there either
+    ep, whole, targets, best = retry({(True, False): 20.0, (True, True): 20.0})
+    assert whole.passes == nhwc and whole.target_attrs == {} and targets == [(label, fast)] and best == 20.0
+    # wrong alone: not judged with fast math
+    ep, whole, targets, best = retry({(True, False): None, (True, True): 26.0})
+    assert len(ep.judged) == 1 and whole == leka.Whole() and targets == [(label, fast)]
+    # no dropped target decision: judged once
+    ep = Ep({(True, False): 10.1})
+    leka._graph_retry(
+        ep, Proposer(), ks, dict(tuned), set(), workloads, leka.Whole(), 10.0, [], [("n", nhwc)]
+    )
+    assert len(ep.judged) == 1
+
+
 def test_the_builtin_proposers_first_point_is_the_models_cheapest_and_counts_as_tried():
     """BuiltinProposer.first_point: the cost model's cheapest point of a kernel's space that builds, every
     layer filled; counted as tried, so the loop layer's first proposal afterwards is another point."""
@@ -704,7 +787,7 @@ def test_when_the_patience_ends_the_first_pass_the_dropped_graph_changes_are_jud
     rint = [{"name": "QuantizeRint", "args": {}}]
     retried = []
 
-    def graph_retry(ep, proposer, ks, state, reused, workloads, whole, best, rows, rejected):
+    def graph_retry(ep, proposer, ks, state, reused, workloads, whole, best, rows, rejected, targets=None):
         retried.append((ep.usage.since_improved, list(rejected)))
         ep.usage.charge_eval()  # the judgment of the change: within the evaluation budget
         rejected.clear()
@@ -725,7 +808,7 @@ def test_a_graph_change_kept_after_the_patience_resumes_the_search(monkeypatch):
 
     nhwc = [{"name": "ConvertLayout", "args": {}}]
 
-    def graph_retry(ep, proposer, ks, state, reused, workloads, whole, best, rows, rejected):
+    def graph_retry(ep, proposer, ks, state, reused, workloads, whole, best, rows, rejected, targets=None):
         ep.usage.charge_eval()
         ep.usage.judged(True)
         rejected.clear()
