@@ -126,23 +126,27 @@ def main(argv=None) -> int:
 
 
 def record(name: str, run_dir: Path, method: str, rs: list[dict]) -> None:
-    from results_io import machine, write
+    from results_io import machine, pinned_isa_notes, write
 
+    backend = next((r["backend"] for r in rs if r["backend"]), "host-cpu")
+    built = "" if backend == "host-cpu" else f", built for {backend}"
     n, fast = len(rs), sum(r["verdict"] == "fast" for r in rs)
     ties = sum(r["verdict"] == "tie" for r in rs)
     g = geomean(r["vs_ort"] for r in rs)
     write(
         name,
         {
-            "title": f"{method} on {', '.join(sorted({r['problem'].split('/')[0] for r in rs}))} vs ONNX Runtime",
+            "title": f"{method} on {', '.join(sorted({r['problem'].split('/')[0] for r in rs}))}{built} "
+            "vs ONNX Runtime",
             "about": f"The final candidates of an `ekb agent --methods {method}` run ({run_dir.name}), read from "
             "its store: each one's paired speedup over ONNX Runtime and tvm-default from the final judgment.",
             "headline": {
-                "what": f"{method} on {n} problems ({rs[0]['problem'].split('/')[0]}) vs ONNX Runtime",
+                "what": f"{method} on {n} problems ({rs[0]['problem'].split('/')[0]}){built} vs ONNX Runtime",
                 "figure": f"{sum(r['correct'] for r in rs)}/{n} correct, faster on {fast} ({ties} ties), "
                 f"geomean {fmt(g)}",
             },
-            "machine": machine(next((r["backend"] for r in rs if r["backend"]), "host-cpu")),
+            "machine": machine(backend),
+            "notes": pinned_isa_notes(backend),
             "protocol": "budget 32, --quick search protocol, --no-reuse; final judgment with the full protocol",
             "table": {
                 "columns": [

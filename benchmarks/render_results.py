@@ -19,7 +19,16 @@ RESULTS = ROOT / "results"
 PAGE = ROOT / "docs" / "results.md"
 README = ROOT / "README.md"
 START, END = "<!-- results:start (python benchmarks/render_results.py) -->", "<!-- results:end -->"
-ORDER = ("identical_code", "judge_overhead", "suite_l1", "suite_l3_leka", "leka_vs_metaschedule", "zoo")
+ORDER = (
+    "identical_code",
+    "judge_overhead",
+    "suite_l1",
+    "suite_l3_leka",
+    "suite_l3_leka_host_avx2",
+    "leka_vs_metaschedule",
+    "zoo",
+    "zoo_avx512",
+)
 
 
 def load(results: Path = RESULTS) -> list[dict]:

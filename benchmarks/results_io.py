@@ -47,6 +47,23 @@ def machine(backend: str = "host-cpu", threads: int = 1) -> dict:
     }
 
 
+def pinned_isa_notes(backend: str, threads: int = 1) -> list[str]:
+    """A note for a results file whose backend pins narrower vectors than this CPU has (host-avx2 on an
+    AVX-512 CPU): ONNX Runtime's kernels (MLAS) are picked by CPUID at run time, with no switch to pin an
+    ISA, so it ran this CPU's widest ones against candidates built for the narrower ISA."""
+    from edgekernelbench.backends.registry import get_profile
+
+    pinned, native = get_profile(backend, threads), get_profile("host-cpu", threads)
+    if pinned.vector_bits >= native.vector_bits:
+        return []
+    return [
+        f"The candidates were built for {backend} ({pinned.vector_bits}-bit vectors) on a CPU with "
+        f"{native.vector_bits}-bit vectors; ONNX Runtime picks its kernels by CPUID and ran its "
+        f"{native.vector_bits}-bit ones, so the comparison with it is stricter than on a CPU with only "
+        f"{pinned.vector_bits}-bit vectors."
+    ]
+
+
 def write(name: str, report: dict, out: Path | None = None) -> Path:
     """Writes `report` (with "benchmark", "date", "commit" and "command" filled in when absent) to
     results/<name>.json, or to `out`; returns the path."""

@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 from leka_alone import geomean, rows  # noqa: E402
-from results_io import machine, write  # noqa: E402
+from results_io import machine, pinned_isa_notes, write  # noqa: E402
 
 from edgekernelbench.agents.run import METHOD_SAMPLES  # noqa: E402
 from edgekernelbench.problems import get_problem  # noqa: E402
@@ -204,7 +204,8 @@ def main(argv=None) -> int:
             "rows": rs,
             "search": spent,
             "notes": [
-                f"{pid} (not faster than ONNX Runtime): {text}" for pid, text in kernels_behind.items()
+                *pinned_isa_notes(args.backend),
+                *(f"{pid} (not faster than ONNX Runtime): {text}" for pid, text in kernels_behind.items()),
             ],
         },
         args.results,

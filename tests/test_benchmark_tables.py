@@ -88,3 +88,27 @@ def test_sliding_tile_compares_both_tiles_on_the_same_output(capsys):
     assert sliding_tile.main(["no-colon"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and all(e.startswith("sliding_tile: error:") for e in err)
+
+
+@pytest.mark.parametrize("native, noted", [(512, True), (256, False)])
+def test_a_profile_narrower_than_the_cpu_is_noted_in_the_results(monkeypatch, native, noted):
+    """results_io.pinned_isa_notes: a run built for host-avx2 on a CPU with 512-bit vectors says that ONNX
+    Runtime ran its wider kernels there; on an AVX2-only CPU (the native profile as wide) it says nothing."""
+    import dataclasses
+
+    import results_io
+
+    from edgekernelbench.backends import registry
+
+    real = registry.get_profile
+
+    def get_profile(name, threads=1):
+        p = real(name, threads)
+        return dataclasses.replace(p, vector_bits=native) if name == "host-cpu" else p
+
+    monkeypatch.setattr(registry, "get_profile", get_profile)
+    notes = results_io.pinned_isa_notes("host-avx2")
+    assert bool(notes) == noted
+    if noted:
+        assert "host-avx2 (256-bit vectors)" in notes[0] and "ran its 512-bit ones" in notes[0]
+    assert results_io.pinned_isa_notes("host-cpu") == []
