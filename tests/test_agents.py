@@ -829,8 +829,8 @@ def test_the_target_layer_keeps_fast_math_only_when_correct_and_faster():
     """_target_layer with a scripted judge: the whole-module target decision (LLVM's fast-math flags) is
     judged on top of the kept graph and decisions; kept (into the module-wide decisions every later
     candidate carries) only when correct and faster (`improves_whole`: by MIN_GAIN as a whole, or by its
-    kernels' total in the profile with the model within WHOLE_SLACK; the best is never lowered). The
-    builtin proposer offers it on an LLVM target only."""
+    kernels' total in the profile with the model within WHOLE_SLACK; the best is never lowered); a correct
+    one not kept goes into the dropped list. The builtin proposer offers it on an LLVM target only."""
     from edgekernelbench.agents import leka
     from edgekernelbench.backends.registry import as_profile
     from edgekernelbench.records import Result, kernel_times
@@ -868,10 +868,13 @@ def test_the_target_layer_keeps_fast_math_only_when_correct_and_faster():
         ((True, 0.8, 8.0), None),  # ... but not with the model 25% slower
     )
     for verdict, kept in cases:
-        ep, whole = Ep(verdict), leka.Whole(list(NHWC))
+        ep, whole, dropped = Ep(verdict), leka.Whole(list(NHWC)), []
+        options = Proposer().target_options()
         best, rows = leka._target_layer(
-            ep, Proposer(), {"k": {"loop": trace}}, {"k": "w"}, whole, 1.0, best_rows
+            ep, {"k": {"loop": trace}}, {"k": "w"}, whole, 1.0, best_rows, options, dropped
         )
+        # a correct decision not kept is handed over to be judged again with the dropped graph changes
+        assert dropped == ([] if kept or not verdict[0] else options)
         (spec,) = ep.judged
         assert spec.decisions.target_attrs == FAST_MATH_FLAGS and spec.decisions.graph["passes"] == NHWC
         assert spec.decisions.loop == {"k": trace}
