@@ -156,6 +156,7 @@ def test_crash_is_recorded():
     assert r.reason == "crash" and not r.correct, (r.reason, r.detail)
 
 
+@pytest.mark.fresh_workers  # the limits of a fresh worker (a warm judge's children: test_warm_judge.py)
 def test_hang_is_killed_at_the_timeout():
     body = "for k in range(100000000000):\n    out[k % 4, k % 8] = out[k % 4, k % 8] * T.float32(1.0001) + x[0, 0]"
     # killed in whichever phase the limit comes (building, loading, the hang): its reason is the timeout
@@ -163,6 +164,7 @@ def test_hang_is_killed_at_the_timeout():
     assert r.reason == "timeout"
 
 
+@pytest.mark.fresh_workers  # the limits of a fresh worker (a warm judge's children: test_warm_judge.py)
 def test_unbounded_allocation_is_a_memory_failure():
     body = """buf = T.alloc_buffer((8000000000,), "float32")
 for k in range(8000000000):
@@ -173,6 +175,7 @@ for i, j in T.grid(4, 8):
     assert r.reason == "memory", (r.reason, r.detail)
 
 
+@pytest.mark.fresh_workers  # the limits of a fresh worker (a warm judge's children: test_warm_judge.py)
 def test_resident_memory_limit_where_the_address_space_is_not_limited():
     """Local-GPU workers have no RLIMIT_AS (GPU runtimes reserve huge address ranges): the parent kills
     a worker whose resident memory passes the limit."""
@@ -200,6 +203,7 @@ def test_worker_gets_no_secrets(monkeypatch):
     assert env["TVM_NUM_THREADS"] == "1"
 
 
+@pytest.mark.fresh_workers  # the limits of a fresh worker (a warm judge's children: test_warm_judge.py)
 def test_a_worker_dies_with_the_process_that_started_it(tmp_path):
     """A worker has its own session (so a hang can be killed as a group) but must not outlive its
     parent: kill the parent with SIGKILL while its worker hangs; the worker goes too."""

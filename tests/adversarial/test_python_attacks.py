@@ -24,6 +24,9 @@ from edgekernelbench.harness.isolation import Limits
 from edgekernelbench.harness.timing import TimingConfig
 from edgekernelbench.ir.spec import KernelSpec
 
+# the sandbox of fresh workers (the warm judge's children: test_warm_judge.py)
+pytestmark = pytest.mark.fresh_workers
+
 PROBLEM = "L1/tiny_scale_add"
 SIG = (
     'x: T.Buffer((4, 8), "float32"), w1: T.Buffer((8,), "float32"), b3: T.Buffer((8,), "float32"), '

@@ -21,6 +21,8 @@ from edgekernelbench.harness.timing import TimingConfig
 from edgekernelbench.ir.spec import KernelSpec
 from edgekernelbench.problems import get_problem
 
+pytestmark = pytest.mark.fresh_workers  # outside the session's warm judge (tests/conftest.py)
+
 LIMITS = Limits(timeout_s=120, memory_mb=4096)
 
 
@@ -223,3 +225,33 @@ def test_a_cluster_workers_warm_judge_serves_every_problem_on_the_cores_it_has_n
     assert out["pinned"].detail == f"cpus [{out['cpu']}]", out["pinned"].detail
     assert len(started) == 1 and started[0] is not None  # one warm judge for both problems
     assert started[0].proc.poll() is not None  # closed with the worker's slot
+
+
+def test_the_methods_of_a_problem_share_one_warm_judge(started, tmp_path):
+    """`ekb agent`'s methods on one problem are judged by children of one warm judge (started for the
+    problem, whose reference and baseline it builds once); the next problem gets a warm judge of its own."""
+    from edgekernelbench.agents.budget import Budget
+    from edgekernelbench.agents.episode import AgentConfig
+    from edgekernelbench.agents.run import run_agents
+    from edgekernelbench.backends.registry import get_profile
+    from edgekernelbench.store import RunStore
+
+    cfg = AgentConfig(
+        backend=get_profile("host-cpu", 1),
+        trials=2,
+        timing=TimingConfig.quick(),
+        final_timing=None,
+        budget=Budget(calls=1, evals=1, wall_s=600),
+        cache_path=tmp_path / "llm_cache.db",
+        kernel_db=tmp_path / "kernels.db",
+        reuse=False,
+    )
+    problems = [get_problem(PROBLEM), get_problem("L1/relu6_mobilenetv2")]
+    run_agents(tmp_path / "run", problems, ["direct", "leka"], cfg)
+    assert len(started) == 2 and all(w is not None for w in started)
+    assert [w.key[0] for w in started] == [p.id for p in problems]
+    assert all(w.proc.poll() is not None for w in started)  # each closed after its problem
+    with RunStore(tmp_path / "run") as store:
+        results = store.results()
+    assert len(results) == 6 and all(r.correct for r in results)  # direct, direct@B, leka per problem
+    assert all(r.extra["isolation"]["judge"]["forked"] for r in results)

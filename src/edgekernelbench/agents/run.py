@@ -158,18 +158,19 @@ def run_agents(
     with RunStore(run_dir) as store:
         done = start_run(store, methods, cfg)
         for problem in problems:
-            for method in methods:
-                if finished(done, problem.id, method):
-                    counts["skipped"] += 1
-                    continue
-                if method == "cli" and not cfg.agent_cmd:
-                    record = skip_cli(store, problem.id)
-                else:
-                    outcome = run_episode(problem, method, cfg, store, run_dir)
-                    record = record_outcome(store, run_dir, outcome, cfg)
-                counts["done"] += 1
-                if on_done:
-                    on_done(problem.id, method, record)
+            with warm_judge():  # one per problem: its methods' episodes are judged by children of one zygote
+                for method in methods:
+                    if finished(done, problem.id, method):
+                        counts["skipped"] += 1
+                        continue
+                    if method == "cli" and not cfg.agent_cmd:
+                        record = skip_cli(store, problem.id)
+                    else:
+                        outcome = run_episode(problem, method, cfg, store, run_dir)
+                        record = record_outcome(store, run_dir, outcome, cfg)
+                    counts["done"] += 1
+                    if on_done:
+                        on_done(problem.id, method, record)
     return counts
 
 

@@ -3,9 +3,10 @@ judgments or of a cluster worker's are forked.
 
 A judgment used to start two Python processes (the builder and the judge), each importing TVM (1.5 s,
 the larger part of a judgment of a small kernel). So `warm_judge()` (harness/api.py) keeps one process --
-the zygote -- for as long as an episode or a run lasts (`lasting_warm_judge()`: a cluster worker's life),
-for every problem it judges (a child of another problem than the first builds that problem's reference
-and baselines itself, from the graph its parent hands it). It is started exactly like a worker
+the zygote -- for as long as a problem's agent episodes (agents/run.py) or a run lasts
+(`lasting_warm_judge()`: a cluster worker's life), for every problem it judges (a child of another
+problem than the first builds that problem's reference and baselines itself, from the graph its parent
+hands it). It is started exactly like a worker
 (harness/isolation.py: a clean environment, resource limits, the sandbox's namespaces), does trusted work
 only (imports TVM and the harness, builds the first problem's reference and the tvm-default baseline:
 nothing seed-dependent, no oracle output, nothing of any candidate) and then only forks, on the parent's
