@@ -89,6 +89,30 @@ def steps(run_dir, method):
         return s.agent_steps(method=method), s.agent_runs(), {(r.problem, r.sample): r for r in s.results()}
 
 
+class ScriptedEp:
+    """An Episode whose judge is scripted: `speedup(spec)` is the candidate's speedup over tvm-default
+    (None: wrong); `judged` holds (spec, keyword arguments) of each judgment, `steps` what was recorded."""
+
+    method = "leka"
+
+    def __init__(self, speedup):
+        self.problem, self.speedup, self.judged, self.steps = get_problem(TINY), speedup, [], []
+
+    def judge(self, spec, **kw):
+        from edgekernelbench.records import Result
+
+        self.judged.append((spec, kw))
+        s = self.speedup(spec)
+        res = Result(
+            problem=TINY, sample=4, backend="host-cpu", correct=s is not None, speedups={"tvm-default": s}
+        )
+        res.speedup_ci = {"tvm-default": [s * 0.99, s * 1.01]} if s else {}
+        return res
+
+    def record(self, **kw):
+        self.steps.append(kw)
+
+
 def test_budget_counts_and_stops():
     u = Usage(Budget(calls=2, evals=1, wall_s=100))
     u.charge_call()
@@ -491,7 +515,6 @@ def test_a_dropped_graph_change_that_calls_other_kernels_is_judged_at_their_firs
     when not (the proposer left on the old one). A proposer with no first points (the scripted ones of
     the test above) judges no such change."""
     from edgekernelbench.agents import leka
-    from edgekernelbench.records import Result
     from edgekernelbench.search.graph import graph_key
     from edgekernelbench.search.kernels import KernelInfo
 
@@ -508,22 +531,8 @@ def test_a_dropped_graph_change_that_calls_other_kernels_is_judged_at_their_firs
     monkeypatch.setattr(leka, "kernels", lambda pid, graph="": graphs[graph])
     monkeypatch.setattr(leka, "same_graph", lambda pid, a, b: False)
 
-    class Ep:
-        problem, method = get_problem(TINY), "leka"
-
-        def __init__(self, s):
-            self.s, self.judged, self.steps = s, [], []
-
-        def judge(self, spec, **kw):
-            self.judged.append((spec, kw["label"]))
-            res = Result(
-                problem=TINY, sample=4, backend="host-cpu", correct=True, speedups={"tvm-default": self.s}
-            )
-            res.speedup_ci = {"tvm-default": [self.s * 0.99, self.s * 1.01]}
-            return res
-
-        def record(self, **kw):
-            self.steps.append(kw)
+    def Ep(s):
+        return ScriptedEp(lambda spec: s)
 
     class Proposer:
         graph = ""
@@ -544,8 +553,8 @@ def test_a_dropped_graph_change_that_calls_other_kernels_is_judged_at_their_firs
         out = leka._graph_retry(
             ep, prop, ks, dict(tuned), set(), workloads, whole, 10.0, rows, [("channels last", nhwc)]
         )
-        ((spec, label),) = ep.judged
-        assert "first points" in label and spec.decisions.graph["passes"] == nhwc
+        ((spec, kw),) = ep.judged
+        assert "first points" in kw["label"] and spec.decisions.graph["passes"] == nhwc
         assert spec.decisions.loop == {
             "transpose": [["first", "transpose"]],
             "conv_nhwc": [["first", "conv_nhwc"]],
@@ -578,7 +587,6 @@ def test_a_dropped_graph_change_is_judged_again_with_the_dropped_target_decision
     (kept when it improves, left dropped when not); a change wrong alone is not judged with it; without
     dropped target decisions a change is judged once."""
     from edgekernelbench.agents import leka
-    from edgekernelbench.records import Result
     from edgekernelbench.search.kernels import KernelInfo
 
     nhwc, fast = [{"name": "ConvertLayout", "args": {}}], {"fast_math": True}
@@ -592,24 +600,13 @@ def test_a_dropped_graph_change_is_judged_again_with_the_dropped_target_decision
     monkeypatch.setattr(leka, "kernels", lambda pid, graph="": graphs[graph])
     monkeypatch.setattr(leka, "same_graph", lambda pid, a, b: False)
 
-    class Ep:
-        problem, method = get_problem(TINY), "leka"
+    def key(spec):  # (graph changed, fast math on)
+        return bool(spec.decisions.graph), bool(spec.decisions.target_attrs)
 
-        def __init__(self, speedups):
-            self.speedups, self.judged, self.steps = speedups, [], []
-
-        def judge(self, spec, **kw):  # the speedup of (graph changed, fast math on); None: wrong
-            key = (bool(spec.decisions.graph), bool(spec.decisions.target_attrs))
-            self.judged.append((key, kw["layer"], kw["label"]))
-            s = self.speedups[key]
-            res = Result(
-                problem=TINY, sample=4, backend="host-cpu", correct=s is not None, speedups={"tvm-default": s}
-            )
-            res.speedup_ci = {"tvm-default": [s * 0.99, s * 1.01]} if s else {}
-            return res
-
-        def record(self, **kw):
-            self.steps.append(kw)
+    def Ep(speedups):
+        ep = ScriptedEp(lambda spec: speedups[key(spec)])
+        ep.calls = lambda: [(key(spec), kw["layer"], kw["label"]) for spec, kw in ep.judged]
+        return ep
 
     class Proposer:
         graph = ""
@@ -630,7 +627,7 @@ def test_a_dropped_graph_change_is_judged_again_with_the_dropped_target_decision
 
     # channels last alone within the noise (10.1x against 10.0x), with fast math 26x: both kept
     ep, whole, targets, best = retry({(True, False): 10.1, (True, True): 26.0})
-    assert [j[0] for j in ep.judged] == [(True, False), (True, True)] and label in ep.judged[1][2]
+    assert [j[0] for j in ep.calls()] == [(True, False), (True, True)] and label in ep.calls()[1][2]
     assert whole.passes == nhwc and whole.target_attrs == fast and targets == [] and best == 26.0
     assert [(s["kind"], s["layer"]) for s in ep.steps] == [("accept", "graph"), ("accept", "target")]
     # neither: nothing kept, fast math still dropped
@@ -638,7 +635,7 @@ def test_a_dropped_graph_change_is_judged_again_with_the_dropped_target_decision
     assert len(ep.judged) == 2 and whole == leka.Whole() and targets == [(label, fast)] and best == 10.0
     # channels last kept alone (20x): fast math judged again on top of it, kept at 40x
     ep, whole, targets, best = retry({(True, False): 20.0, (True, True): 40.0})
-    assert [(j[0], j[1]) for j in ep.judged] == [((True, False), "graph"), ((True, True), "target")]
+    assert [(j[0], j[1]) for j in ep.calls()] == [((True, False), "graph"), ((True, True), "target")]
     assert whole.passes == nhwc and whole.target_attrs == fast and targets == [] and best == 40.0
     # ... and left dropped when it does not pay there either
     ep, whole, targets, best = retry({(True, False): 20.0, (True, True): 20.0})

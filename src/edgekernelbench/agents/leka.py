@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from ..errors import EKBError
@@ -376,7 +377,7 @@ def _retry_one(
     best: float,
     rows: list[ProfileRow],
     proposer=None,
-    targets: list[tuple[str, dict]] = (),
+    targets: Sequence[tuple[str, dict]] = (),
 ):
     """One dropped graph change (`trial`: the kept passes and it) judged again; (names, kernels, state,
     workloads, result, target attributes) when kept (names: each tuned kernel -> the kernel that took its
