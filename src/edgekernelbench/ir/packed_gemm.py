@@ -18,15 +18,6 @@ LiftTransformParams moves its re-layout into main_transform_params, computed onc
 (`packed_func`, block `conv2d_nhwc_packed` or `matmul_packed`) is plain TIR, fusable with its elementwise
 epilogue (bias, activation) like the operator it replaces; the same sums in the same order (the reduction
 over k), so the values are the float GEMM's.
-
-Channels first (NCHW / OIHW, the graph as imported), a pointwise convolution's kernel vectorizes over its
-pixels, and a late layer has few: yamnet's 1024 x 1024 on 3 x 2 pixels ran 2-lane vectors (568-592 us in
-its rule-based start on host-avx2). Where it has at most FEW_PIXELS pixels, the pass rewrites it too, its
-activations transposed to channels last around the packed GEMM and back (K x pixels floats each way: 24 KB
-there). Measured with `ekb agent --methods leka --budget 32 --quick --no-reuse --problem L3/yamnet
---backend host-avx2` on a 2-vCPU AVX-512 Intel Xeon: the graph layer kept the pass (22.2x over tvm-default
-against 18.1x), that kernel ran 276 us after the loop layer, and the final candidate went from 17.4x to
-18.9x over tvm-default (one run each).
 """
 
 from __future__ import annotations
