@@ -131,20 +131,6 @@ _fixture(
 )
 
 
-def _pwconv_few_pixels(g):
-    x = g.input("x", (1, 32, 3, 2))
-    g.output(g.node("Relu", [g.node("Conv", [x, g.weight((128, 32, 1, 1)), g.bias(128)])]))
-
-
-_fixture(
-    "L1/tiny_pwconv_few_pixels",
-    "audio",
-    "pointwise",
-    "test fixture: conv 1x1 32->128ch on 3x2 pixels, + ReLU (YAMNet's last pointwise convolution, small)",
-    _pwconv_few_pixels,
-)
-
-
 def _conv_concat_dropout(g):
     x = g.input("x", (1, 3, 8, 8))
     y = g.node("Relu", [g.node("Conv", [x, g.weight((8, 3, 3, 3)), g.bias(8)], pads=[1, 1, 1, 1])])

@@ -25,9 +25,6 @@ from __future__ import annotations
 from .int8_dot import _op, _pointwise, call_rewriter, weight_only, weights_pass
 
 PANELS = (64, 32, 16)  # panel widths in float32 columns, the widest that divides N first
-# a channels-first pointwise convolution with at most this many pixels (one 512-bit vector of them) is
-# rewritten too: vectorized over its pixels it fills at most one vector per weight load
-FEW_PIXELS = 16
 CONV_BLOCK, MATMUL_BLOCK = "conv2d_nhwc_packed", "matmul_packed"
 
 
@@ -70,68 +67,42 @@ def {block}(
     return from_source(src, extra_vars={"T": T})
 
 
-def _conv_kind(call) -> str | None:
-    """How a float32 pointwise convolution is rewritten: "nhwc" (channels last, the GEMM as it is), "nchw"
-    (channels first with at most FEW_PIXELS pixels: the activations transposed to channels last around the
-    GEMM), None (not rewritten: a channels-first convolution with more pixels vectorizes over them)."""
-    a = call.attrs
-    if not _pointwise(call):
-        return None
-    if a.data_layout == "NHWC" and a.out_layout == "NHWC":
-        return "nhwc"
-    h, w = [int(x) for x in call.ty.shape][2:]
-    if a.data_layout == "NCHW" and a.out_layout == "NCHW" and h * w <= FEW_PIXELS:
-        return "nchw"
-    return None
-
-
 def _packed_gemm(rw, call):
-    """`call` rewritten onto the packed kernel where it is a float32 pointwise convolution (`_conv_kind`) or a
+    """`call` rewritten onto the packed kernel where it is a float32 channels-last pointwise convolution or a
     matmul by a 2-D weight, the weight is weights-only and N has a panel width; None otherwise."""
     from tvm import relax
     from tvm.relax import op as R
 
     if str(getattr(call.ty, "dtype", "")) != "float32":
         return None
-    kind = None
     if _op(call) == "relax.nn.conv2d":
-        kind = _conv_kind(call)
-        if kind is None:
+        a = call.attrs
+        if not (_pointwise(call) and a.data_layout == "NHWC" and a.out_layout == "NHWC"):
             return None
-    elif len(call.args[1].ty.shape) != 2:  # not a matmul by a 2-D weight
+        conv = True
+    elif len(call.args[1].ty.shape) == 2:  # a matmul by a 2-D weight
+        conv = False
+    else:
         return None
     a_arg, w_arg = call.args
     if not weight_only(rw.var2val, rw.weights, w_arg):
         return None
     a, w = rw.visit_expr(a_arg), rw.visit_expr(w_arg)
-    if str(a.ty.dtype) != "float32" or str(w.ty.dtype) != "float32":
-        return None
-    out_shape = [int(x) for x in call.ty.shape]
-    w_shape = [int(x) for x in w.ty.shape]
     shape = [int(x) for x in a.ty.shape]
-    if kind == "nchw":  # OIHW [N, K, 1, 1] as [K, N]; the pixels' channels last, and back after
-        n_, k_ = w_shape[:2]
-        shape = [shape[0], *shape[2:], shape[1]]
-        gemm_shape = [out_shape[0], *out_shape[2:], n_]
-    else:
-        k_, n_ = w_shape[-2:]  # HWIO [1, 1, K, N] or a matmul's [K, N]
-        gemm_shape = out_shape
-    if len(shape) < 2 or shape[-1] != k_ or gemm_shape != [*shape[:-1], n_]:
+    w_shape = [int(x) for x in w.ty.shape]
+    k_, n_ = w_shape[-2:]
+    out_shape = [int(x) for x in call.ty.shape]
+    if len(shape) < 2 or shape[-1] != k_ or out_shape != [*shape[:-1], n_]:
         return None  # a batch broadcast against the weight's, or another layout: not this GEMM
     panel = panel_width(n_)
-    if panel is None:
+    if panel is None or str(a.ty.dtype) != "float32" or str(w.ty.dtype) != "float32":
         return None
     bb = rw.builder_
-    if kind == "nchw":
-        w2 = R.permute_dims(R.reshape(w, (n_, k_)), [1, 0])
-        a = bb.emit(R.permute_dims(a, [0, 2, 3, 1]))
-    else:
-        w2 = R.reshape(w, (k_, n_)) if kind else w
+    w2 = R.reshape(w, (k_, n_)) if conv else w
     packed = bb.emit(R.permute_dims(R.reshape(w2, (k_, n_ // panel, panel)), [1, 0, 2]))
-    name = CONV_BLOCK if kind else MATMUL_BLOCK
-    gv = bb.add_func(packed_func(tuple(shape[:-1]), k_, n_, panel, kind is not None), name)
-    out = relax.call_tir(gv, [a, packed], relax.TensorType(tuple(gemm_shape), "float32"))
-    return bb.emit(R.permute_dims(bb.emit(out), [0, 3, 1, 2])) if kind == "nchw" else bb.emit(out)
+    name = CONV_BLOCK if conv else MATMUL_BLOCK
+    gv = bb.add_func(packed_func(tuple(shape[:-1]), k_, n_, panel, conv), name)
+    return bb.emit(relax.call_tir(gv, [a, packed], relax.TensorType(tuple(out_shape), "float32")))
 
 
 def packed_gemm_pass():
