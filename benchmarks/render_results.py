@@ -27,6 +27,7 @@ ORDER = (
     "suite_l3_leka_host_avx2",
     "leka_vs_metaschedule",
     "zoo",
+    "zoo_host_avx2",
     "zoo_avx512",
 )
 
