@@ -163,7 +163,9 @@ def main(argv=None) -> int:
             f"database) on the {b['models']} models of problems/zoo.py, which the search was not developed on, "
             "against ONNX Runtime (all graph optimizations, same thread count).",
             "headline": {
-                "what": f"LEKA on the zoo ({b['models']} held-out models) vs ONNX Runtime",
+                "what": f"LEKA on the zoo ({b['models']} held-out models)"
+                + ("" if args.backend == "host-cpu" else f", built for {args.backend}")
+                + " vs ONNX Runtime",
                 "figure": f"{b['correct']}/{b['models']} correct, faster on {b['faster_than_ort']} "
                 f"({b['ties']} ties), geomean {(b['geomean_vs_ort'] or 0):.2f}x",
             },
