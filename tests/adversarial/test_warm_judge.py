@@ -230,22 +230,12 @@ def test_a_cluster_workers_warm_judge_serves_every_problem_on_the_cores_it_has_n
 def test_the_methods_of_a_problem_share_one_warm_judge(started, tmp_path):
     """`ekb agent`'s methods on one problem are judged by children of one warm judge (started for the
     problem, whose reference and baseline it builds once); the next problem gets a warm judge of its own."""
-    from edgekernelbench.agents.budget import Budget
-    from edgekernelbench.agents.episode import AgentConfig
+    from test_agents import config  # the agent tests' configuration: short protocol, 2 trials
+
     from edgekernelbench.agents.run import run_agents
-    from edgekernelbench.backends.registry import get_profile
     from edgekernelbench.store import RunStore
 
-    cfg = AgentConfig(
-        backend=get_profile("host-cpu", 1),
-        trials=2,
-        timing=TimingConfig.quick(),
-        final_timing=None,
-        budget=Budget(calls=1, evals=1, wall_s=600),
-        cache_path=tmp_path / "llm_cache.db",
-        kernel_db=tmp_path / "kernels.db",
-        reuse=False,
-    )
+    cfg = config(tmp_path, budget=1, reuse=False)
     problems = [get_problem(PROBLEM), get_problem("L1/relu6_mobilenetv2")]
     run_agents(tmp_path / "run", problems, ["direct", "leka"], cfg)
     assert len(started) == 2 and all(w is not None for w in started)
