@@ -52,6 +52,8 @@ def rows(run_dir: Path, method: str) -> list[dict]:
                 "ort_us": us * s_ort if us and s_ort else None,
                 "trials": rec.get("trials", usage.get("evals")) or 0,
                 "wall_s": usage.get("wall_s") or 0.0,
+                # what the judge hid from ONNX Runtime's CPUID (baselines/ort_isa.py): {"hidden": [...]}
+                "ort_isa": (r.extra.get("onnxruntime_isa") if ok else None) or {},
             }
         )
     return out
@@ -146,7 +148,7 @@ def record(name: str, run_dir: Path, method: str, rs: list[dict]) -> None:
                 f"geomean {fmt(g)}",
             },
             "machine": machine(backend),
-            "notes": pinned_isa_notes(backend),
+            "notes": pinned_isa_notes(backend, rs),
             "protocol": "budget 32, --quick search protocol, --no-reuse; final judgment with the full protocol",
             "table": {
                 "columns": [

@@ -47,20 +47,36 @@ def machine(backend: str = "host-cpu", threads: int = 1) -> dict:
     }
 
 
-def pinned_isa_notes(backend: str, threads: int = 1) -> list[str]:
+def pinned_isa_notes(backend: str, rows: list[dict], threads: int = 1) -> list[str]:
     """A note for a results file whose backend pins narrower vectors than this CPU has (host-avx2 on an
-    AVX-512 CPU): ONNX Runtime's kernels (MLAS) are picked by CPUID at run time, with no switch to pin an
-    ISA, so it ran this CPU's widest ones against candidates built for the narrower ISA."""
+    AVX-512 CPU): whether ONNX Runtime was held to the same ISA (its kernels, MLAS, are picked by CPUID;
+    the judge hides the wider extensions from it where CPUID faulting allows: baselines/ort_isa.py), from
+    each row's "ort_isa" (the final judgment's record of it)."""
     from edgekernelbench.backends.registry import get_profile
 
     pinned, native = get_profile(backend, threads), get_profile("host-cpu", threads)
     if pinned.vector_bits >= native.vector_bits:
         return []
-    return [
+    timed = [r for r in rows if r.get("vs_ort")]
+    held = [r for r in timed if (r.get("ort_isa") or {}).get("hidden")]
+    built = (
         f"The candidates were built for {backend} ({pinned.vector_bits}-bit vectors) on a CPU with "
-        f"{native.vector_bits}-bit vectors; ONNX Runtime picks its kernels by CPUID and ran its "
-        f"{native.vector_bits}-bit ones, so the comparison with it is stricter than on a CPU with only "
-        f"{pinned.vector_bits}-bit vectors."
+        f"{native.vector_bits}-bit vectors; "
+    )
+    if timed and len(held) == len(timed):
+        hidden = sorted({f for r in held for f in r["ort_isa"]["hidden"]})
+        return [
+            built + f"ONNX Runtime was held to the same ISA: the judge hid {', '.join(hidden)} from CPUID in "
+            "its process before loading it, so it ran the kernels it runs on a CPU without them (on this "
+            "CPU's cores and clock)."
+        ]
+    whys = sorted({(r.get("ort_isa") or {}).get("why", "") for r in timed if r not in held} - {""})
+    return [
+        built + f"ONNX Runtime picks its kernels by CPUID and ran its {native.vector_bits}-bit ones in "
+        f"{len(timed) - len(held)} of {len(timed)} judgments"
+        + (f" ({'; '.join(whys)})" if whys else "")
+        + f", so the comparison with it is stricter there than on a CPU with only {pinned.vector_bits}-bit "
+        "vectors."
     ]
 
 

@@ -206,7 +206,7 @@ def main(argv=None) -> int:
             "rows": rs,
             "search": spent,
             "notes": [
-                *pinned_isa_notes(args.backend),
+                *pinned_isa_notes(args.backend, rs),
                 *(f"{pid} (not faster than ONNX Runtime): {text}" for pid, text in kernels_behind.items()),
             ],
         },

@@ -92,8 +92,9 @@ def test_sliding_tile_compares_both_tiles_on_the_same_output(capsys):
 
 @pytest.mark.parametrize("native, noted", [(512, True), (256, False)])
 def test_a_profile_narrower_than_the_cpu_is_noted_in_the_results(monkeypatch, native, noted):
-    """results_io.pinned_isa_notes: a run built for host-avx2 on a CPU with 512-bit vectors says that ONNX
-    Runtime ran its wider kernels there; on an AVX2-only CPU (the native profile as wide) it says nothing."""
+    """results_io.pinned_isa_notes: a run built for host-avx2 on a CPU with 512-bit vectors says whether
+    ONNX Runtime was held to the same ISA (each judgment's record of it) or ran its wider kernels there, and
+    why; on an AVX2-only CPU (the native profile as wide) it says nothing."""
     import dataclasses
 
     import results_io
@@ -107,8 +108,14 @@ def test_a_profile_narrower_than_the_cpu_is_noted_in_the_results(monkeypatch, na
         return dataclasses.replace(p, vector_bits=native) if name == "host-cpu" else p
 
     monkeypatch.setattr(registry, "get_profile", get_profile)
-    notes = results_io.pinned_isa_notes("host-avx2")
+    held = {"vs_ort": 1.1, "ort_isa": {"hidden": ["avx512f", "avx512vnni"], "by": "CPUID faulting"}}
+    wide = {"vs_ort": 0.9, "ort_isa": {"hidden": [], "why": "no CPUID faulting"}}
+    failed = {"vs_ort": None, "ort_isa": {}}  # not timed: says nothing either way
+    notes = results_io.pinned_isa_notes("host-avx2", [held, held, failed])
     assert bool(notes) == noted
     if noted:
-        assert "host-avx2 (256-bit vectors)" in notes[0] and "ran its 512-bit ones" in notes[0]
-    assert results_io.pinned_isa_notes("host-cpu") == []
+        assert "host-avx2 (256-bit vectors)" in notes[0] and "held to the same ISA" in notes[0]
+        assert "avx512f, avx512vnni" in notes[0]
+        (note,) = results_io.pinned_isa_notes("host-avx2", [held, wide])
+        assert "ran its 512-bit ones in 1 of 2 judgments (no CPUID faulting)" in note
+    assert results_io.pinned_isa_notes("host-cpu", [wide]) == []

@@ -31,17 +31,23 @@ def time_artifact(folder: Path, quick: bool = False, seed: int = 0) -> dict:
     import tvm
 
     from ..backends.base import BackendProfile, Built
+    from ..baselines.ort_isa import apply_pin, plan_pin
+    from .artifact import read_manifest
+
+    manifest = read_manifest(folder)
+    profile = BackendProfile.from_dict(manifest["backend"]["profile"])
+    pin, why = plan_pin(profile)  # ONNX Runtime held to a pinned profile's ISA, before it is loaded
+    ort_isa = apply_pin(pin.to_dict() if pin else None, why)
+
     from ..backends.host import LocalBackend, LocalLoaded
     from ..baselines.onnxruntime import ort_contender
     from ..baselines.ort_native import resolve_library
     from ..baselines.tvm_default import tvm_default_module
     from ..harness.timing import MachineWatch, TimingConfig, paired_speedup, pin_thread, time_interleaved
     from ..reference import build_reference
-    from .artifact import graph_module, read_manifest, transformed_weights
+    from .artifact import graph_module, transformed_weights
     from .model import artifact_problem
 
-    manifest = read_manifest(folder)
-    profile = BackendProfile.from_dict(manifest["backend"]["profile"])
     problem = artifact_problem(folder, manifest)
     cfg = TimingConfig.quick() if quick else TimingConfig()
     dev = tvm.cpu(0)
@@ -77,6 +83,7 @@ def time_artifact(folder: Path, quick: bool = False, seed: int = 0) -> dict:
         "timings": {name: asdict(t) for name, t in times.items()},
         "speedups": speedups,
         "onnxruntime_timer": ort_how,
+        "onnxruntime_isa": ort_isa,
         "timing_env": watch.summary(),
     }
 

@@ -206,10 +206,14 @@ def check_plausible(res: Result, job: Job, limits: Limits, peak: dict | None) ->
 
 def prepare_ort_timer(job: Job) -> None:
     """Resolves (builds once, into the user's cache) the native ONNX Runtime timer here, in the parent,
-    and hands its path to the worker, which only loads it (it may not write outside its job directory)."""
+    and hands its path to the worker, which only loads it (it may not write outside its job directory);
+    likewise the CPUID mask that holds ONNX Runtime to a pinned host profile's ISA (baselines/ort_isa.py)."""
+    from ..baselines.ort_isa import plan_pin
     from ..baselines.ort_native import resolve_library
 
     job.ort_timer_lib, job.ort_timer_unavailable = resolve_library()
+    pin, job.ort_isa_unavailable = plan_pin(job.resolved_profile())
+    job.ort_isa = pin.to_dict() if pin else None
 
 
 def prepare_call_loop(job: Job) -> None:

@@ -469,6 +469,7 @@ def _judge(job, res, runner, problem, oracle, session, baselines, backend, laps,
     in-process Runner, or a RunnerProxy to the candidate's own process) against the baselines (name ->
     a RunnerProxy of that baseline's runner on this machine's CPU, or a loader of an in-process Runner:
     `_loader`)."""
+    from ..baselines import ort_isa
     from ..baselines.onnxruntime import ort_contender
 
     res.correctness = check_correctness(runner, problem, oracle, plan)
@@ -527,7 +528,7 @@ def _judge(job, res, runner, problem, oracle, session, baselines, backend, laps,
         contenders["onnxruntime"], how = ort_contender(
             problem, sets if checks else sets[0], job.threads, job.ort_timer_lib, job.ort_timer_unavailable
         )
-        res.extra.update(onnxruntime_on="host", onnxruntime_timer=how)
+        res.extra.update(onnxruntime_on="host", onnxruntime_timer=how, onnxruntime_isa=ort_isa.applied())
     laps.mark("timers")
     try:
         if checks is not None:

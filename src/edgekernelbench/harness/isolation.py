@@ -619,6 +619,7 @@ def _warm_key(job: Job, limits: Limits) -> tuple | None:
     return (
         job.problem,
         json.dumps(job.backend_profile, sort_keys=True),
+        json.dumps(job.ort_isa, sort_keys=True),  # its processes hide those CPUID bits from ONNX Runtime
         job.threads,
         limits.memory_mb,
     )
@@ -669,6 +670,8 @@ def _start_warm(job: Job, limits: Limits, key: tuple):
                 "graph_dir": str(home),
                 "threads": job.threads,
                 "backend_profile": job.backend_profile,
+                "ort_isa": job.ort_isa,
+                "ort_isa_unavailable": job.ort_isa_unavailable,
             }
         )
     )

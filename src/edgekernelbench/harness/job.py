@@ -47,6 +47,11 @@ class Job:
     # loads it; None: ONNX Runtime is timed from Python (I/O binding), and ort_timer_unavailable says why
     ort_timer_lib: str | None = None
     ort_timer_unavailable: str = ""
+    # ONNX Runtime held to a pinned host profile's ISA (baselines/ort_isa.py: ISAPin.to_dict, planned by the
+    # parent): the judge's process hides those CPUID bits before it loads onnxruntime; None: nothing to
+    # hide, or it cannot be (ort_isa_unavailable says why)
+    ort_isa: dict | None = None
+    ort_isa_unavailable: str = ""
     # the C loop of the timed calls (backends/call_loop.py), built by the parent: the runners only load it;
     # None: they loop in Python, and call_loop_unavailable says why
     call_loop_lib: str | None = None

@@ -58,6 +58,10 @@ def main(argv: list[str]) -> int:
     from ..tvm_env import set_threads
 
     set_threads(job.threads)  # before TVM starts its thread pool
+    if job.task != "build":  # the judge: ONNX Runtime held to the profile's ISA, before it is loaded
+        from ..baselines.ort_isa import apply_pin
+
+        apply_pin(job.ort_isa, job.ort_isa_unavailable)
     enter_sandbox(job, job_dir)
     if job.task in ("build", "evaluate"):  # the problem's graph as the parent built it (isolation._start)
         from ..problems import get_problem

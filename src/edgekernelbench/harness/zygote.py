@@ -61,6 +61,9 @@ def preload(spec: dict) -> None:
     from ..tvm_env import set_threads
 
     set_threads(int(spec["threads"]))
+    from ..baselines.ort_isa import apply_pin
+
+    apply_pin(spec.get("ort_isa"), spec.get("ort_isa_unavailable", ""))  # before onnxruntime loads
     import tvm  # noqa: F401
     from tvm import relax  # noqa: F401
 
