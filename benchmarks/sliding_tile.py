@@ -1,12 +1,17 @@
-"""A depthwise convolution's register tile along its sliding window (search/rules/contraction.py
-`_sliding_tile`) against the tile the rules chose before (no window axes), kernel by kernel, standalone.
+"""A rule of search/rules/contraction.py against the rules without it, kernel by kernel, standalone: a
+depthwise convolution's register tile along its sliding window (`--rule sliding`: `_sliding_tile`, without
+it no window axes), or a stride-2 read's buffer laid out as even and odd halves (`--rule deinterleave`:
+`_deinterleave`).
 
     .venv/bin/python benchmarks/sliding_tile.py L1/dwconv3x3_kws:fused_conv2d_add_relu \
         L3/yamnet:fused_conv2d5_add3_relu3 [--top 3] [--rounds 7]
+    .venv/bin/python benchmarks/sliding_tile.py --rule deinterleave --graph default --backend host-avx2 \
+        L3/resnet8_ic:fused_conv2d2_add2_relu1
 
-For each PROBLEM:KERNEL of the channels-last graph (search.graph.NHWC), the cost model's first --top points
-of the builtin proposer's space (search/variants.py KernelSpace, host CPU, 1 thread) are recorded twice:
-with the sliding tile, and with `window_axes` returning none (the rules as they were). Each point is built
+For each PROBLEM:KERNEL of the graph (--graph: nhwc, search.graph.NHWC, the default; or default, the
+model's own layout), the cost model's first --top points of the builtin proposer's space
+(search/variants.py KernelSpace, --backend's profile, 1 thread) are recorded twice: with the rule, and
+without it (the rules as they were). Each point is built
 for this host, checked against the first one's output on the same random inputs, and timed in --rounds
 interleaved rounds (TVM's time evaluator, >= 2 ms per round). Prints each point's median and the ratios
 new/old of the first points and of the best of each side."""
@@ -46,20 +51,25 @@ def build(func, kernel: str, layers: dict, target):
     return tvm_compile(tvm.IRModule({"main": f.with_attr("global_symbol", "main")}), target)
 
 
-def compare(item: str, machine, target, top: int, rounds: int) -> None:
+RULES = {"sliding": ("window_axes", lambda b: []), "deinterleave": ("DEINTERLEAVE", False)}
+
+
+def compare(item: str, machine, target, top: int, rounds: int, rule: str = "sliding", graph: str = "nhwc"):
     import tvm
 
     from edgekernelbench.search.graph import NHWC, graph_key
     from edgekernelbench.search.rules import contraction
 
     problem_id, kernel = item.split(":")
-    sliding = contraction.window_axes
-    func, new = points(problem_id, kernel, graph_key(NHWC), machine, top)
-    contraction.window_axes = lambda b: []
+    key = graph_key(NHWC if graph == "nhwc" else None)
+    name, without = RULES[rule]
+    kept = getattr(contraction, name)
+    func, new = points(problem_id, kernel, key, machine, top)
+    setattr(contraction, name, without)
     try:
-        _, old = points(problem_id, kernel, graph_key(NHWC), machine, top)
+        _, old = points(problem_id, kernel, key, machine, top)
     finally:
-        contraction.window_axes = sliding
+        setattr(contraction, name, kept)
     dev = tvm.cpu(0)
     shapes = [[int(d) for d in p.ty.shape] for p in func.params]
     rng = np.random.default_rng(0)
@@ -93,19 +103,28 @@ def compare(item: str, machine, target, top: int, rounds: int) -> None:
 
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("kernels", nargs="+", help="PROBLEM:KERNEL of the channels-last graph")
+    ap.add_argument("kernels", nargs="+", help="PROBLEM:KERNEL of the graph")
     ap.add_argument("--top", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--rule", choices=sorted(RULES), default="sliding")
+    ap.add_argument("--graph", choices=("nhwc", "default"), default="nhwc")
+    ap.add_argument("--backend", default="host-cpu", help="a host profile (host-cpu, host-avx2, ...)")
     args = ap.parse_args(argv)
+    import tvm
+
+    from edgekernelbench.backends.host import resolve_target
     from edgekernelbench.backends.registry import get_profile
     from edgekernelbench.errors import EKBError
     from edgekernelbench.search.cost import Machine
-    from edgekernelbench.search.rules import build_target
 
-    machine, target = Machine.for_profile(get_profile("host-cpu", 1)), build_target(1)
+    profile = get_profile(args.backend, 1)
+    machine, target = (
+        Machine.for_profile(profile),
+        tvm.target.Target({**resolve_target(profile), "num-cores": 1}),
+    )
     for item in args.kernels:
         try:
-            compare(item, machine, target, args.top, args.rounds)
+            compare(item, machine, target, args.top, args.rounds, args.rule, args.graph)
         except EKBError as e:
             print(f"sliding_tile: error: {e}", file=sys.stderr)
             return 2
