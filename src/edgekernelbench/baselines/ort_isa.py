@@ -17,6 +17,8 @@ judge's process, as the native ORT timer is."""
 from __future__ import annotations
 
 import ctypes
+import functools
+import json
 import logging
 import os
 import platform
@@ -128,18 +130,25 @@ def build_library(cache: Path | None = None) -> Path:
 def plan_pin(profile) -> tuple[ISAPin | None, str]:
     """For the harness's parent: (the pin, "") where ONNX Runtime must be held to a pinned host profile's
     ISA and can be; (None, "") where nothing is to be hidden (not a pinned host profile, or this CPU has
-    nothing more); (None, why) where something is to be hidden and cannot be. Never raises."""
-    from ..backends.host import resolve_target
-    from ..backends.hostinfo import is_this_host, target_features
-    from ..tvm_env import host_cpu_features
+    nothing more); (None, why) where something is to be hidden and cannot be. Never raises; planned once
+    per profile name and target in a process (every judgment asks)."""
+    from ..backends.hostinfo import is_this_host
 
     if not is_this_host(profile) or profile.target.get("mcpu") in (None, "native"):
         return None, ""
+    return _plan(profile.name, json.dumps(profile.target, sort_keys=True))
+
+
+@functools.cache
+def _plan(name: str, target_json: str) -> tuple[ISAPin | None, str]:
+    from ..backends.hostinfo import target_features
+    from ..tvm_env import host_cpu_features
+
     host = {f for f, on in host_cpu_features().items() if on}
     try:
-        hidden = features_to_hide(host, target_features(resolve_target(profile)))
+        hidden = features_to_hide(host, target_features(json.loads(target_json)))
     except Exception as e:  # noqa: BLE001 -- an LLVM that does not know the CPU
-        return None, f"ONNX Runtime not held to {profile.name}'s ISA: LLVM cannot tell its features ({e})"
+        return None, f"ONNX Runtime not held to {name}'s ISA: LLVM cannot tell its features ({e})"
     if not hidden:
         return None, ""
     why = cpuid_faulting()
@@ -149,9 +158,9 @@ def plan_pin(profile) -> tuple[ISAPin | None, str]:
         except (NativeBuildError, OSError) as e:
             why = str(e)
     if why:
-        return None, f"ONNX Runtime not held to {profile.name}'s ISA (it runs this CPU's widest): {why}"
+        return None, f"ONNX Runtime not held to {name}'s ISA (it runs this CPU's widest): {why}"
     leaf7_0, leaf7_1 = masks(hidden)
-    return ISAPin(profile.name, hidden, leaf7_0, leaf7_1, lib), ""
+    return ISAPin(name, hidden, leaf7_0, leaf7_1, lib), ""
 
 
 # the judge process's pin, once applied: what Result.extra["onnxruntime_isa"] records
