@@ -38,8 +38,12 @@ def test_kernels_are_compiled_once_per_cache_and_the_linked_graph_computes_what_
 
     session = backend.session()
     inputs = problem.sample_inputs(0)
-    whole = Runner(mod, backend.build(mod), session, reference).run_vm(inputs)
-    linked = Runner(mod, backend.build_linked(mod, library), session, reference).run_vm(inputs)
+    built, built_linked = backend.build(mod), backend.build_linked(mod, library)
+    # a candidate's graph runs compiled (tvm_env.build_graph), whole or linked; tvm-default's bytecode
+    assert "vm_tir_func" in built.graph.as_text() and "vm_tir_func" in built_linked.graph.as_text()
+    assert "vm_tir_func" not in backend.build(mod, stock=True).graph.as_text()
+    whole = Runner(mod, built, session, reference).run_vm(inputs)
+    linked = Runner(mod, built_linked, session, reference).run_vm(inputs)
     assert len(whole) == len(linked)
     for a, b in zip(whole, linked, strict=True):
         np.testing.assert_array_equal(a, b)

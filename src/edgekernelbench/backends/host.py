@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import time
 
+from ..tvm_env import build_graph, host_target
 from ..tvm_env import compile as tvm_compile
-from ..tvm_env import host_target
 from .base import Backend, BackendProfile, Built, Loaded, Session
 
 
@@ -74,11 +74,7 @@ class LocalBackend(Backend):
         target = self.target(extra_attrs)
         t0 = time.perf_counter()
         # stock: exactly tvm.compile(mod, target) (its relax_pipeline "default": "default_build" on a CPU)
-        graph = (
-            tvm_compile(mod, target, stock=True)
-            if stock
-            else tvm_compile(mod, target, relax_pipeline="default_build")
-        )
+        graph = tvm_compile(mod, target, stock=True) if stock else build_graph(mod, target)
         if self.separate_kernels:
             kernels = tvm_compile(primfunc_library(mod), target, stock=stock)
         else:

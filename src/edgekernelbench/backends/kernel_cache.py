@@ -21,7 +21,7 @@ import os
 import time
 from pathlib import Path
 
-from ..tvm_env import TIR_PIPELINE, build_tir
+from ..tvm_env import GRAPH_EXEC_MODE, TIR_PIPELINE, build_tir
 
 LIBRARY = "kernels.so"
 
@@ -38,7 +38,7 @@ def _lowered(mod, target):
     if attrs.get("external_mods"):
         return None
     builder = relax.ExecBuilder()
-    lowered = vm_build._vmcodegen(builder, lowered, "bytecode")
+    lowered = vm_build._vmcodegen(builder, lowered, GRAPH_EXEC_MODE)  # as tvm_env.build_graph
     return builder, vm_build._filter_tir(lowered), dict(attrs.get("const_name_to_constant", {}))
 
 
@@ -71,9 +71,10 @@ def compile_kernels(mod, target, cache: Path, out_dir: Path) -> tuple[Path, floa
     if lowered is None:
         return None
     _, tir, _ = lowered
-    objects, compiled = [], 0
+    objects, compiled, symbols, callers = [], 0, [], []
     for gv in tir.get_global_vars():
         one = tvm.IRModule({gv: tir[gv]})
+        symbols.append(str((tir[gv].attrs or {}).get("global_symbol", gv.name_hint)))
         obj = cache / f"{_digest(tvm.ir.save_json(one), target)}.o"
         if not obj.is_file():
             built = build_tir(one, target)
@@ -85,13 +86,43 @@ def compile_kernels(mod, target, cache: Path, out_dir: Path) -> tuple[Path, floa
                 raise CacheUnavailable(f"writing {obj.name}: {e}") from e
             compiled += 1
         objects.append(str(obj))
+        if symbols[-1].startswith(VM_MAIN_PREFIX):
+            callers.append(obj)
     library = out_dir / LIBRARY
     try:
-        cc.create_shared(str(library), objects)
+        cc.create_shared(str(library), objects, options=_kernel_aliases(callers, symbols))
     except Exception as e:
         why = (str(e).strip().splitlines() or [type(e).__name__])[-1]
         raise CacheUnavailable(f"linking the kernels: {why}") from e
     return library, time.perf_counter() - t0, {"kernels": len(objects), "compiled": compiled}
+
+
+VM_MAIN_PREFIX = "__vmtir__"  # the compiled VM's functions (tvm_env.GRAPH_EXEC_MODE): main's calls
+
+
+def _kernel_aliases(callers: list[Path], kernels: list[str]) -> list[str]:
+    """Linker options that bind the compiled VM's calls to the kernels' packed entries. Its main calls each
+    kernel by name, a symbol that a build of the whole graph resolves inside its one object; compiled alone,
+    the caller's object leaves it undefined (LLVM names the declaration of a repeated call "name.N"), and
+    each kernel's object exports its entry as __tvm_ffi_<name>. The undefined names are read from the
+    callers' objects (nm, from the binutils the C compiler links with)."""
+    import re
+    import subprocess
+
+    known = set(kernels)
+    out = []
+    for obj in callers:
+        try:
+            nm = subprocess.run(["nm", "-u", str(obj)], capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.SubprocessError) as e:
+            raise CacheUnavailable(f"reading the compiled VM's calls (nm): {e}") from e
+        if nm.returncode != 0:
+            raise CacheUnavailable(f"reading the compiled VM's calls (nm): {nm.stderr.strip()[-200:]}")
+        for name in (ln.split()[-1] for ln in nm.stdout.splitlines() if ln.strip()):
+            kernel = name if name in known else re.sub(r"\.\d+$", "", name)
+            if kernel in known:
+                out.append(f"-Wl,--defsym,{name}=__tvm_ffi_{kernel}")
+    return sorted(set(out))
 
 
 def link(mod, target, library: Path):
