@@ -111,3 +111,19 @@ def test_the_judge_holds_onnx_runtime_to_host_avx2_where_this_cpu_has_vnni(quick
     w = saturating_weights()
     diff = np.abs(pmaddubsw_matmul(x, w) - exact_matmul(x, w))
     assert check["matches_oracle"] is False and check["max_abs_err"] == float(diff.max()) > 0
+
+
+def test_ekb_backends_says_whether_onnx_runtime_is_held_to_a_pinned_profile():
+    import json
+
+    from click.testing import CliRunner
+
+    from edgekernelbench.cli import cli
+
+    out = CliRunner().invoke(cli, ["backends", "--json"])
+    assert out.exit_code == 0, out.output
+    rows = {r["name"]: r for r in json.loads(out.output[out.output.index("[") :])}
+    assert rows["host-cpu"]["onnxruntime_isa"] == ""
+    pin, why = plan_pin(get_profile("host-avx2", 1))
+    held = rows["host-avx2"]["onnxruntime_isa"]
+    assert held == (f"ONNX Runtime held to its ISA ({len(pin.features)} CPUID features hidden)" if pin else why)

@@ -91,17 +91,6 @@ def local_gpu(profile: BackendProfile) -> tuple[bool, str] | None:
     return True, f"yes ({name})"
 
 
-def _ort_held(profile: BackendProfile) -> str:
-    """For a host profile pinned to a narrower ISA than this CPU's: whether the judge holds ONNX Runtime to
-    it (baselines/ort_isa.py), as a suffix of the "time" column."""
-    from ..baselines.ort_isa import plan_pin
-
-    pin, why = plan_pin(profile)
-    if pin is not None:
-        return f"; ONNX Runtime held to its ISA ({len(pin.features)} CPUID features hidden)"
-    return f"; {why}" if why else ""
-
-
 def backend_capabilities(profile: BackendProfile) -> dict:
     """The profile as data plus {"build", "check", "time"}: each {"ok": bool, "detail": str}."""
     from .hostinfo import missing_features
@@ -136,7 +125,7 @@ def backend_capabilities(profile: BackendProfile) -> dict:
     elif device is not None:
         timing = (device[0], "yes" if device[0] else "no")
     elif profile.run == "local":
-        timing = (True, "yes" + _ort_held(profile))
+        timing = (True, "yes")
     elif profile.run == "remote":
         timing = (False, "needs tracker")
     elif profile.run == "emulated":

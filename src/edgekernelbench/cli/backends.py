@@ -36,6 +36,17 @@ def _short_source(source: str) -> str:
     return f"{head} {date.group(0)}" if date and source.startswith("measured:") else head
 
 
+def _ort_held(profile) -> str:
+    """For a host profile pinned to a narrower ISA than this CPU's: whether the judge holds ONNX Runtime to
+    it (baselines/ort_isa.py), for the "time" column; "" where there is nothing to hold."""
+    from ..baselines.ort_isa import plan_pin
+
+    pin, why = plan_pin(profile)
+    if pin is not None:
+        return f"ONNX Runtime held to its ISA ({len(pin.features)} CPUID features hidden)"
+    return why
+
+
 @click.command("backends")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def backends_cmd(as_json):
@@ -45,7 +56,11 @@ def backends_cmd(as_json):
     from ..backends.hostinfo import host_facts, resolve_host
     from ..backends.profiles import load_profiles
 
-    rows = [backend_capabilities(resolve_host(prof)) for prof in load_profiles().values()]
+    rows = []
+    for prof in load_profiles().values():
+        row = backend_capabilities(resolve_host(prof))
+        row["onnxruntime_isa"] = _ort_held(resolve_host(prof)) if row["time"]["ok"] else ""
+        rows.append(row)
     if as_json:
         click.echo(json.dumps(rows, indent=1))
         return
@@ -83,10 +98,11 @@ def backends_cmd(as_json):
             _si(r["peak_flops"]),
             _si(r["peak_bandwidth"]),
             Text(_short_source(r["peak_source"])),
-            *[
-                Text(r[k]["detail"], style="green" if r[k]["ok"] else "yellow")
-                for k in ("build", "check", "time")
-            ],
+            *[Text(r[k]["detail"], style="green" if r[k]["ok"] else "yellow") for k in ("build", "check")],
+            Text(
+                r["time"]["detail"] + (f"; {r['onnxruntime_isa']}" if r["onnxruntime_isa"] else ""),
+                style="green" if r["time"]["ok"] else "yellow",
+            ),
         )
     console.print(t)
 
