@@ -126,4 +126,6 @@ def test_ekb_backends_says_whether_onnx_runtime_is_held_to_a_pinned_profile():
     assert rows["host-cpu"]["onnxruntime_isa"] == ""
     pin, why = plan_pin(get_profile("host-avx2", 1))
     held = rows["host-avx2"]["onnxruntime_isa"]
-    assert held == (f"ONNX Runtime held to its ISA ({len(pin.features)} CPUID features hidden)" if pin else why)
+    assert held == (
+        f"ONNX Runtime held to its ISA ({len(pin.features)} CPUID features hidden)" if pin else why
+    )
