@@ -19,7 +19,6 @@ from __future__ import annotations
 import ctypes
 import functools
 import json
-import logging
 import os
 import platform
 import sys
@@ -27,8 +26,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..native import NativeBuildError, build_shared, source_key
-
-log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).parent / "data" / "ekb_cpuid_mask.c"
 

@@ -57,9 +57,9 @@ def backends_cmd(as_json):
     from ..backends.profiles import load_profiles
 
     rows = []
-    for prof in load_profiles().values():
-        row = backend_capabilities(resolve_host(prof))
-        row["onnxruntime_isa"] = _ort_held(resolve_host(prof)) if row["time"]["ok"] else ""
+    for prof in (resolve_host(p) for p in load_profiles().values()):
+        row = backend_capabilities(prof)
+        row["onnxruntime_isa"] = _ort_held(prof) if row["time"]["ok"] else ""
         rows.append(row)
     if as_json:
         click.echo(json.dumps(rows, indent=1))
